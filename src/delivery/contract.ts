@@ -35,3 +35,16 @@ export const FAILURE_TYPES = {
   endpointGone: 'EndpointGone',
   attemptsExhausted: 'AttemptsExhausted',
 } as const;
+
+/** Extra facts about a delivery that help operators find it (Temporal memo, logs). */
+export interface DeliveryMeta {
+  eventType: string;
+  /** Host of the endpoint URL, never the path or query (they may carry tokens). */
+  targetHost: string;
+}
+
+/** Starts deliveries. Starting the same delivery twice is a no-op. */
+export interface DeliveryEngine {
+  start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }>;
+  close(): Promise<void>;
+}
