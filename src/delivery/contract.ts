@@ -1,6 +1,6 @@
 /**
  * What the delivery engines (Temporal and embedded) and the activities agree on.
- * Kept free of runtime imports so workflow code can import its types.
+ * Workflow code imports only its types; the constants live in workflows/policy.ts.
  */
 
 /** Identifies one delivery: one event to one endpoint. */
@@ -30,11 +30,7 @@ export interface DeliveryActivities {
   deadLetter(ref: DeliveryRef): Promise<void>;
 }
 
-export const FAILURE_TYPES = {
-  attemptFailed: 'DeliveryAttemptFailed',
-  endpointGone: 'EndpointGone',
-  attemptsExhausted: 'AttemptsExhausted',
-} as const;
+export { FAILURE_TYPES } from '../../workflows/policy';
 
 /** Extra facts about a delivery that help operators find it (Temporal memo, logs). */
 export interface DeliveryMeta {

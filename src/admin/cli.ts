@@ -1,0 +1,118 @@
+import { parseArgs } from 'node:util';
+import { loadConfig } from '../config';
+import { createLogger } from '../config/logger';
+import { openDatabase, migrate, resolveDatabaseUrl, type EntityManager } from '../db';
+import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
+
+const USAGE = `usage: npm run admin -- <command> [options] [--json]
+
+  bootstrap                                   development: organization + owner + key with every scope
+  create-org   --name NAME --plan PLAN        plan: starter | agency | scale | command | enterprise
+  create-user  --org ID --email EMAIL --role ROLE      role: owner | admin | member | viewer
+  create-key   --org ID --user ID --scopes a,b [--name NAME]
+               scopes: ${PERMISSIONS.join(', ')}
+  revoke-key   --key ID
+`;
+
+class UsageError extends Error {}
+
+function need(values: Record<string, unknown>, name: string): string {
+  const value = values[name];
+  if (typeof value !== 'string' || value.trim() === '') throw new UsageError(`--${name} is required`);
+  return value.trim();
+}
+
+async function run(command: string, values: Record<string, string | boolean | undefined>, em: EntityManager): Promise<Record<string, unknown>> {
+  switch (command) {
+    case 'create-org': {
+      const plan = need(values, 'plan');
+      if (!isPlan(plan)) throw new UsageError(`unknown plan "${plan}"`);
+      const org = await createOrganization(em, { name: need(values, 'name'), plan });
+      return { organizationId: org.id, name: org.name, plan: org.plan };
+    }
+    case 'create-user': {
+      const role = need(values, 'role');
+      if (!isRole(role)) throw new UsageError(`unknown role "${role}"`);
+      const user = await createUser(em, { organizationId: need(values, 'org'), email: need(values, 'email'), role });
+      return { userId: user.id, organizationId: user.organizationId, email: user.email, role: user.role };
+    }
+    case 'create-key': {
+      const scopes = need(values, 'scopes').split(',').map((s) => s.trim()).filter(Boolean);
+      const unknown = scopes.filter((s) => !isPermission(s));
+      if (unknown.length > 0) throw new UsageError(`unknown scope(s): ${unknown.join(', ')}`);
+      const key = await issueApiKey(em, {
+        organizationId: need(values, 'org'),
+        userId: need(values, 'user'),
+        name: typeof values.name === 'string' ? values.name : 'admin cli',
+        scopes,
+      });
+      return { keyId: key.id, apiKey: key.key, scopes: key.scopes };
+    }
+    case 'revoke-key': {
+      const revoked = await revokeApiKey(em, need(values, 'key'));
+      if (!revoked) throw new UsageError('no such key, or it was already revoked');
+      return { keyId: values.key, revoked: true };
+    }
+    case 'bootstrap': {
+      const org = await createOrganization(em, { name: 'Development', plan: 'scale' });
+      const user = await createUser(em, { organizationId: org.id, email: `owner+${org.id.slice(0, 8)}@example.com`, role: 'owner' });
+      const key = await issueApiKey(em, { organizationId: org.id, userId: user.id, name: 'bootstrap', scopes: [...PERMISSIONS] });
+      return { organizationId: org.id, userId: user.id, keyId: key.id, apiKey: key.key, scopes: key.scopes };
+    }
+    default:
+      throw new UsageError(`unknown command "${command}"`);
+  }
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { positionals, values } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      json: { type: 'boolean' },
+      name: { type: 'string' },
+      plan: { type: 'string' },
+      org: { type: 'string' },
+      user: { type: 'string' },
+      email: { type: 'string' },
+      role: { type: 'string' },
+      scopes: { type: 'string' },
+      key: { type: 'string' },
+      help: { type: 'boolean' },
+    },
+  });
+  const [command] = positionals;
+  if (!command || values.help) {
+    process.stdout.write(USAGE);
+    return command ? 0 : 2;
+  }
+  const config = loadConfig();
+  const logger = createLogger(values.json ? 'warn' : config.logLevel);
+  const database = await resolveDatabaseUrl(config.databaseUrl, logger);
+  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  try {
+    await migrate(orm);
+    const result = await run(command, values, orm.em.fork());
+    if (values.json) process.stdout.write(`${JSON.stringify(result)}\n`);
+    else for (const [name, value] of Object.entries(result)) process.stdout.write(`${name}: ${String(value)}\n`);
+    if ('apiKey' in result && !values.json) process.stdout.write('The API key is shown once; store it now.\n');
+    return 0;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`admin: ${error.message}\n\n${USAGE}`);
+      return 2;
+    }
+    throw error;
+  } finally {
+    await orm.close();
+    await database.stop();
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`admin: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,6 @@
+export { PERMISSIONS, ROLE_PERMISSIONS, isPermission, canConfirmChangedAccount, type Permission } from './permissions';
+export { principalKey, effectivePermissions, type Principal, type CustomerPrincipal, type OperatorPrincipal } from './principal';
+export { issueApiKey, revokeApiKey, authenticate, hashKey, type IssuedKey } from './api-keys';
+export { createAuthInterceptor, createAuthorizeInterceptor } from './interceptor';
+export { requireCustomer } from './require';
+export { createOrganization, createUser, isPlan, isRole } from './identity';

@@ -1,0 +1,89 @@
+import { timingSafeEqual, createHash } from 'node:crypto';
+import { getOption } from '@bufbuild/protobuf';
+import type { Interceptor } from '@connectrpc/connect';
+import { access } from '../gen/publishing/v1/access_pb';
+import { entityManagerKey } from '../db/context';
+import { apiError } from '../errors';
+import { authenticate } from './api-keys';
+import { ROLE_PERMISSIONS, isPermission } from './permissions';
+import { principalKey } from './principal';
+
+export interface AuthOptions {
+  operatorToken: string;
+  /** Fully qualified names of services open to anyone (health). */
+  openServices: readonly string[];
+  /** Fully qualified names of services that take the operator credential. */
+  operatorServices: readonly string[];
+}
+
+function bearerOf(header: string | null): string | null {
+  const match = /^Bearer[ ]+([^\s]+)\s*$/i.exec(header ?? '');
+  return match?.[1] ?? null;
+}
+
+function sameSecret(a: string, b: string): boolean {
+  // Compare digests so the comparison time does not depend on where the strings differ.
+  return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
+}
+
+/**
+ * Establishes who is calling. Customer RPCs take `Authorization: Bearer <api key>`
+ * (gRPC metadata `authorization`); operator RPCs take the operator credential, and a
+ * customer key never opens them.
+ */
+export function createAuthInterceptor(options: AuthOptions): Interceptor {
+  return (next) => async (req) => {
+    const service = req.service.typeName;
+    if (options.openServices.includes(service)) return next(req);
+
+    const presented = bearerOf(req.header.get('authorization'));
+    if (options.operatorServices.includes(service)) {
+      if (!presented || !sameSecret(presented, options.operatorToken)) {
+        throw apiError('OPERATOR_CREDENTIAL_REQUIRED', 'The operator credential is required.');
+      }
+      req.contextValues.set(principalKey, { kind: 'operator' });
+      return next(req);
+    }
+
+    if (!req.header.get('authorization')) {
+      throw apiError('AUTHENTICATION_REQUIRED', 'An API key is required: send "Authorization: Bearer <key>".');
+    }
+    if (!presented) throw apiError('API_KEY_INVALID', 'The Authorization header must be "Bearer <key>".');
+    const em = req.contextValues.get(entityManagerKey);
+    if (!em) throw new Error('request context has no EntityManager');
+    const result = await authenticate(em, presented);
+    if (!result.ok) {
+      throw apiError(
+        result.code,
+        result.code === 'API_KEY_REVOKED' ? 'This API key has been revoked.' : 'This API key is not valid.',
+      );
+    }
+    req.contextValues.set(principalKey, result.principal);
+    return next(req);
+  };
+}
+
+/**
+ * Checks the permission the RPC's access rule names: it must be in the key's scopes
+ * and granted by the owner's role. Runs inside the audit interceptor so that refusals
+ * of audited actions are recorded.
+ */
+export function createAuthorizeInterceptor(): Interceptor {
+  return (next) => async (req) => {
+    const principal = req.contextValues.get(principalKey);
+    if (principal?.kind !== 'customer') return next(req);
+    const permission = getOption(req.method, access).permission;
+    if (!isPermission(permission)) {
+      throw apiError('PERMISSION_DENIED', `${req.method.name} is not available to API keys.`);
+    }
+    if (!principal.scopes.includes(permission)) {
+      throw apiError('SCOPE_MISSING', `This API key lacks the ${permission} scope.`, { metadata: { scope: permission } });
+    }
+    if (!ROLE_PERMISSIONS[principal.role].includes(permission)) {
+      throw apiError('PERMISSION_DENIED', `The ${principal.role} role does not grant ${permission}.`, {
+        metadata: { permission, role: principal.role },
+      });
+    }
+    return next(req);
+  };
+}

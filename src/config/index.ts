@@ -1,0 +1,187 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * Configuration from the environment, validated once at start. Development
+ * defaults let `npm start` run on a fresh machine; production refuses them.
+ */
+export interface Config {
+  env: 'development' | 'test' | 'production';
+  port: number;
+  host: string;
+  /** Public base URL of this service, used to build the sandbox provider's callback and consent URLs. */
+  publicUrl: string;
+  /** Empty in development means: local PostgreSQL if it answers, else embedded PGlite. */
+  databaseUrl: string;
+  logLevel: string;
+  /** Request bodies above this many bytes get 413 PAYLOAD_TOO_LARGE. */
+  maxBodyBytes: number;
+  /** Key that signs connection-attempt state tokens (HMAC-SHA256). */
+  stateSigningKey: Buffer;
+  /** Keys that encrypt webhook signing secrets at rest, by key id; `currentKeyId` encrypts new ones. */
+  secretKeys: Map<string, Buffer>;
+  currentSecretKeyId: string;
+  /** Bearer credential of the internal operator service. */
+  operatorToken: string;
+  provider: ProviderConfig;
+  delivery: DeliveryConfig;
+  temporal: TemporalConfig | null;
+}
+
+export type ProviderConfig =
+  | { kind: 'sandbox' }
+  | { kind: 'composio'; baseUrl: string; apiKey: string; authConfigIds: Record<string, string> };
+
+export interface DeliveryConfig {
+  /** CIDRs exempt from the SSRF filter; empty in production. */
+  allowCidrs: string[];
+  /** Extra PEM CA trusted for outbound TLS, in addition to the system roots. */
+  extraCaPem: string | null;
+  attemptTimeoutMs: number;
+  maxResponseBytes: number;
+  /** Embedded engine only: how often it looks for due deliveries. */
+  pollIntervalMs: number;
+}
+
+export interface TemporalConfig {
+  address: string;
+  namespace: string;
+  taskQueue: string;
+  searchAttributes: boolean;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
+const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
+const DEV_OPERATOR_TOKEN = 'development-operator-token';
+
+type Env = Record<string, string | undefined>;
+
+export function loadConfig(env: Env = process.env): Config {
+  const problems: string[] = [];
+  const nodeEnv = (env.NODE_ENV ?? 'development') as Config['env'];
+  if (!['development', 'test', 'production'].includes(nodeEnv)) {
+    problems.push(`NODE_ENV must be development, test or production (got "${nodeEnv}")`);
+  }
+  const production = nodeEnv === 'production';
+
+  const int = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = env[name];
+    if (raw === undefined || raw === '') return fallback;
+    const value = Number(raw);
+    if (!Number.isInteger(value) || value < min || value > max) {
+      problems.push(`${name} must be an integer from ${min} to ${max} (got "${raw}")`);
+      return fallback;
+    }
+    return value;
+  };
+
+  const secret = (name: string, devDefault: string): string => {
+    const raw = env[name];
+    if (raw && raw.length < 32) problems.push(`${name} must be at least 32 characters`);
+    if (production && (!raw || raw === devDefault)) {
+      problems.push(`${name} must be set in production (the development default is refused)`);
+    }
+    return raw || devDefault;
+  };
+
+  const port = int('PORT', 8080, 0, 65535);
+  const host = env.HOST || (production ? '0.0.0.0' : '127.0.0.1');
+  const publicUrl = env.PUBLIC_URL || `http://localhost:${port}`;
+  if (!/^https?:\/\//.test(publicUrl)) problems.push('PUBLIC_URL must be an http(s) URL');
+
+  const databaseUrl = env.DATABASE_URL ?? '';
+  if (production && !databaseUrl) problems.push('DATABASE_URL must be set in production');
+
+  const stateSigningKey = Buffer.from(secret('STATE_SIGNING_KEY', DEV_STATE_KEY), 'utf8');
+  const operatorToken = secret('OPERATOR_TOKEN', DEV_OPERATOR_TOKEN);
+
+  // SECRET_ENCRYPTION_KEYS="k2:<base64 32 bytes>,k1:<base64 32 bytes>": the first encrypts
+  // new secrets; the others still decrypt until `npm run admin -- rotate-secrets` re-encrypts.
+  const secretKeys = new Map<string, Buffer>();
+  let currentSecretKeyId = '';
+  const rawKeys = env.SECRET_ENCRYPTION_KEYS;
+  if (rawKeys) {
+    for (const entry of rawKeys.split(',').map((s) => s.trim()).filter(Boolean)) {
+      const [id, material] = entry.split(':', 2);
+      const key = material ? Buffer.from(material, 'base64') : Buffer.alloc(0);
+      if (!id || !/^[a-zA-Z0-9_-]{1,32}$/.test(id) || key.length !== 32) {
+        problems.push('SECRET_ENCRYPTION_KEYS entries must be "<id>:<base64 of 32 bytes>"');
+        continue;
+      }
+      secretKeys.set(id, key);
+      currentSecretKeyId ||= id;
+    }
+  } else if (production) {
+    problems.push('SECRET_ENCRYPTION_KEYS must be set in production');
+  } else {
+    currentSecretKeyId = 'dev';
+    secretKeys.set('dev', createHash('sha256').update(DEV_SECRET_KEY).digest());
+  }
+
+  let provider: ProviderConfig = { kind: 'sandbox' };
+  const providerKind = env.CONNECTION_PROVIDER || (production ? 'composio' : 'sandbox');
+  if (providerKind === 'composio') {
+    const authConfigIds: Record<string, string> = {};
+    for (const pair of (env.COMPOSIO_AUTH_CONFIG_IDS ?? '').split(',').filter(Boolean)) {
+      const [toolkit, id] = pair.split('=', 2).map((s) => s.trim());
+      if (toolkit && id) authConfigIds[toolkit] = id;
+      else problems.push('COMPOSIO_AUTH_CONFIG_IDS entries must be "<toolkit>=<auth config id>"');
+    }
+    if (!env.COMPOSIO_API_KEY) problems.push('COMPOSIO_API_KEY must be set when CONNECTION_PROVIDER=composio');
+    provider = {
+      kind: 'composio',
+      baseUrl: env.COMPOSIO_BASE_URL || 'https://backend.composio.dev',
+      apiKey: env.COMPOSIO_API_KEY ?? '',
+      authConfigIds,
+    };
+  } else if (providerKind === 'sandbox') {
+    if (production) problems.push('CONNECTION_PROVIDER=sandbox is for development and tests only');
+  } else {
+    problems.push(`CONNECTION_PROVIDER must be sandbox or composio (got "${providerKind}")`);
+  }
+
+  const allowCidrs = (env.DELIVERY_ALLOW_CIDRS ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  if (production && allowCidrs.length > 0) {
+    problems.push('DELIVERY_ALLOW_CIDRS must be empty in production (it bypasses the SSRF filter)');
+  }
+
+  const temporal: TemporalConfig | null = env.TEMPORAL_ADDRESS
+    ? {
+        address: env.TEMPORAL_ADDRESS,
+        namespace: env.TEMPORAL_NAMESPACE || 'default',
+        taskQueue: env.TEMPORAL_TASK_QUEUE || 'webhook-deliveries',
+        searchAttributes: env.TEMPORAL_SEARCH_ATTRIBUTES === 'true',
+      }
+    : null;
+
+  const config: Config = {
+    env: nodeEnv,
+    port,
+    host,
+    publicUrl: publicUrl.replace(/\/+$/, ''),
+    databaseUrl,
+    logLevel: env.LOG_LEVEL || (nodeEnv === 'test' ? 'silent' : 'info'),
+    maxBodyBytes: int('MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    stateSigningKey,
+    secretKeys,
+    currentSecretKeyId,
+    operatorToken,
+    provider,
+    delivery: {
+      allowCidrs,
+      extraCaPem: env.DELIVERY_EXTRA_CA_PEM || null,
+      attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', 10_000, 100, 60_000),
+      maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
+      pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
+    },
+    temporal,
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}

@@ -1,0 +1,5 @@
+export { openDatabase, migrate, ormOptions, MikroORM, type EntityManager } from './orm';
+export { entityManagerKey, entityManagerOf } from './context';
+export * from './entities';
+export { isUniqueViolation } from './errors';
+export { resolveDatabaseUrl } from './resolve';

@@ -1,0 +1,77 @@
+import net from 'node:net';
+import path from 'node:path';
+import { Client } from 'pg';
+import type { Logger } from '../config/logger';
+
+export interface ResolvedDatabase {
+  url: string;
+  /** Pool size the database can take (the embedded server serves a few connections only). */
+  poolMax: number;
+  /** Stops what was started for the database (the embedded server), if anything. */
+  stop(): Promise<void>;
+}
+
+const LOCAL = { host: '127.0.0.1', port: 5432 };
+const DEV_DATABASE = 'publishing_dev';
+
+function answers(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host, port });
+    socket.setTimeout(500);
+    const settle = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.once('connect', () => settle(true));
+    socket.once('timeout', () => settle(false));
+    socket.once('error', () => settle(false));
+  });
+}
+
+/**
+ * DATABASE_URL when set. Otherwise (development only) a local PostgreSQL on
+ * 127.0.0.1:5432 if one answers, with its own database; else embedded PGlite served
+ * over the Postgres wire protocol from `.data/pglite`, which is single-writer and meant
+ * for trying the service out, not for load.
+ */
+export async function resolveDatabaseUrl(configured: string, logger: Logger, dataDir = '.data'): Promise<ResolvedDatabase> {
+  if (configured) {
+    logger.info({ database: redact(configured) }, 'using DATABASE_URL');
+    return { url: configured, poolMax: 10, stop: async () => undefined };
+  }
+  if (await answers(LOCAL.host, LOCAL.port)) {
+    const admin = new Client({ host: LOCAL.host, port: LOCAL.port, user: 'postgres', database: 'postgres' });
+    try {
+      await admin.connect();
+      const exists = await admin.query('select 1 from pg_database where datname = $1', [DEV_DATABASE]);
+      if (exists.rowCount === 0) await admin.query(`create database ${DEV_DATABASE}`);
+      const url = `postgres://postgres@${LOCAL.host}:${LOCAL.port}/${DEV_DATABASE}`;
+      logger.info({ database: url }, 'no DATABASE_URL: using the local PostgreSQL');
+      return { url, poolMax: 10, stop: async () => undefined };
+    } catch (error) {
+      logger.warn({ err: error }, 'local PostgreSQL answered but could not be used; falling back to embedded PGlite');
+    } finally {
+      await admin.end().catch(() => undefined);
+    }
+  }
+  const { PGlite } = await import('@electric-sql/pglite');
+  const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
+  const db = await PGlite.create(path.resolve(dataDir, 'pglite'));
+  const maxConnections = 4;
+  const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections });
+  await server.start();
+  const url = `postgres://postgres@${server.getServerConn()}/postgres`;
+  logger.info({ database: url, dataDir }, 'no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
+  return {
+    url,
+    poolMax: maxConnections,
+    stop: async () => {
+      await server.stop();
+      await db.close();
+    },
+  };
+}
+
+function redact(url: string): string {
+  return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@');
+}

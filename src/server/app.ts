@@ -1,0 +1,118 @@
+import type { AddressInfo } from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { createConnectRouter, type ConnectRouter } from '@connectrpc/connect';
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import type { Config } from '../config';
+import { createLogger, type Logger } from '../config/logger';
+import { openDatabase, migrate, type MikroORM } from '../db';
+import { createAuthInterceptor, createAuthorizeInterceptor } from '../auth';
+import { createAuditInterceptor } from '../audit';
+import { Health } from '../gen/grpc/health/v1/health_pb';
+import { ConnectionService } from '../gen/publishing/v1/connection_service_pb';
+import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
+import { PostService } from '../gen/publishing/v1/post_service_pb';
+import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
+import { createListener, type Listener, type RequestHandler } from './listener';
+import { RestGateway, sendError, writeJson } from './gateway';
+import { createRequestContextInterceptor } from './request-context';
+import { HealthService, databaseReady } from './health';
+
+/** Services under /api/v1 (REST) as well as gRPC and Connect. */
+export const PUBLIC_SERVICES = [ConnectionService, WebhookService, PostService] as const;
+
+export interface App {
+  /** Base URL of the listener, e.g. http://127.0.0.1:41234 */
+  url: string;
+  port: number;
+  orm: MikroORM;
+  logger: Logger;
+  gateway: RestGateway;
+  close(): Promise<void>;
+}
+
+export interface BuildOptions {
+  config: Config;
+  /** An ORM already connected and migrated (tests share one per file); opened from config otherwise. */
+  orm?: MikroORM;
+  logger?: Logger;
+}
+
+/** Composition root: wires every dependency and returns a listening app (port 0 picks a free one). */
+export async function start(options: BuildOptions): Promise<App> {
+  const { config } = options;
+  const logger = options.logger ?? createLogger(config.logLevel);
+  const ownsOrm = !options.orm;
+  const orm = options.orm ?? (await openDatabase(config.databaseUrl));
+  if (ownsOrm) await migrate(orm);
+
+  const routes = (router: ConnectRouter) => {
+    router.service(Health, new HealthService(orm, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
+    router.service(ConnectionService, {});
+    router.service(WebhookService, {});
+    router.service(PostService, {});
+    router.service(OperatorService, {});
+  };
+
+  const routerOptions = {
+    interceptors: [
+      createRequestContextInterceptor(orm, logger),
+      createAuthInterceptor({
+        operatorToken: config.operatorToken,
+        openServices: [Health.typeName],
+        operatorServices: [OperatorService.typeName],
+      }),
+      createAuditInterceptor(logger),
+      createAuthorizeInterceptor(),
+    ],
+    readMaxBytes: config.maxBodyBytes,
+  };
+  const router = createConnectRouter(routerOptions);
+  routes(router);
+  const gateway = new RestGateway({ router, services: PUBLIC_SERVICES.map((s) => s.typeName), maxBodyBytes: config.maxBodyBytes });
+  const connectHandler = connectNodeAdapter({
+    routes,
+    ...routerOptions,
+    fallback: (req, res) => sendError(res as never, 'ROUTE_NOT_FOUND', `No route for ${req.url ?? '/'}.`, randomUUID()),
+  });
+
+  const handler: RequestHandler = (req, res) => {
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    if (path === '/healthz') return writeJson(res, 200, '{"status":"ok"}');
+    if (path === '/readyz') {
+      void databaseReady(orm).then((ready) =>
+        writeJson(res, ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'database unreachable' })),
+      );
+      return;
+    }
+    if (path === '/api/v1' || path.startsWith('/api/v1/')) {
+      const requestId = randomUUID();
+      gateway.handle(req, res, requestId).catch((error: unknown) => {
+        logger.error({ err: error, requestId }, 'gateway failure');
+        sendError(res, 'INTERNAL', `Internal error; quote request id ${requestId} when reporting it.`, requestId);
+      });
+      return;
+    }
+    connectHandler(req as never, res as never);
+  };
+
+  const listener: Listener = createListener(handler);
+  await new Promise<void>((resolve, reject) => {
+    listener.server.once('error', reject);
+    listener.server.listen(config.port, config.host, () => resolve());
+  });
+  const port = (listener.server.address() as AddressInfo).port;
+  const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+  logger.info({ url }, 'listening');
+
+  return {
+    url,
+    port,
+    orm,
+    logger,
+    gateway,
+    async close() {
+      await listener.shutdown(10_000);
+      if (ownsOrm) await orm.close();
+    },
+  };
+}

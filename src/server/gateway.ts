@@ -1,0 +1,256 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
+import { fromBinary, getOption, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
+import { Code, createContextValues, type ConnectRouter } from '@connectrpc/connect';
+import type { UniversalHandler } from '@connectrpc/connect/protocol';
+import { http } from '../gen/google/api/annotations_pb';
+import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
+import { transportKey } from '../context';
+import { ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
+import { codeFromString } from '@connectrpc/connect/protocol-connect';
+
+/**
+ * The REST gateway: a generic transcoder driven by the `google.api.http` rules read from
+ * the descriptors at runtime. A request is matched against the rules, turned into the
+ * method's proto3 JSON (path variables, `body: "*"`, query parameters) and handed to the
+ * same Connect handler that serves gRPC and Connect, so interceptors, validation and
+ * errors are shared. Adding an RPC with a rule needs no code here.
+ */
+
+type NodeRequest = IncomingMessage | Http2ServerRequest;
+export type NodeResponse = ServerResponse | Http2ServerResponse;
+
+interface Route {
+  verb: string;
+  pattern: RegExp;
+  /** JSON names of the fields bound by the path variables, in order. */
+  pathFields: string[];
+  bodyAll: boolean;
+  template: string;
+  method: DescMethod;
+  handler: UniversalHandler;
+}
+
+export interface GatewayOptions {
+  router: ConnectRouter;
+  /** Fully qualified names of the services exposed under the REST paths. */
+  services: readonly string[];
+  maxBodyBytes: number;
+}
+
+export interface RouteInfo {
+  verb: string;
+  template: string;
+  method: DescMethod;
+  bodyAll: boolean;
+}
+
+export class RestGateway {
+  private readonly routes: Route[];
+
+  constructor(private readonly options: GatewayOptions) {
+    this.routes = options.router.handlers
+      .filter((handler) => options.services.includes(handler.service.typeName))
+      .flatMap((handler) => routeOf(handler) ?? []);
+  }
+
+  /** The REST routes, as derived from the descriptors. */
+  describe(): RouteInfo[] {
+    return this.routes.map(({ verb, template, method, bodyAll }) => ({ verb, template, method, bodyAll }));
+  }
+
+  async handle(req: NodeRequest, res: NodeResponse, requestId: string): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://gateway.invalid');
+    const verb = (req.method ?? 'GET').toUpperCase();
+    const candidates = this.routes
+      .map((route) => ({ route, match: route.pattern.exec(url.pathname) }))
+      .filter((c) => c.match !== null);
+    if (candidates.length === 0) {
+      return sendError(res, 'ROUTE_NOT_FOUND', `No route for ${url.pathname}.`, requestId);
+    }
+    const found = candidates.find((c) => c.route.verb === verb);
+    if (!found) {
+      res.setHeader('allow', [...new Set(candidates.map((c) => c.route.verb))].join(', '));
+      return sendError(res, 'METHOD_NOT_ALLOWED', `${verb} is not allowed on ${url.pathname}.`, requestId);
+    }
+    const { route, match } = found as { route: Route; match: RegExpExecArray };
+
+    let message: Record<string, JsonValue>;
+    try {
+      message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
+      Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
+      route.pathFields.forEach((field, i) => {
+        message[field] = decodeURIComponent(match[i + 1] ?? '');
+      });
+    } catch (error) {
+      if (error instanceof GatewayError) return sendError(res, error.code, error.message, requestId);
+      throw error;
+    }
+
+    const header = new Headers({ 'content-type': 'application/json', 'x-request-id': requestId });
+    const authorization = req.headers['authorization'];
+    if (typeof authorization === 'string') header.set('authorization', authorization);
+    const abort = new AbortController();
+    res.once('close', () => abort.abort());
+    const contextValues = createContextValues().set(transportKey, 'rest');
+    const answer = await route.handler({
+      httpVersion: '1.1',
+      url: `http://gateway.invalid${route.handler.requestPath}`,
+      method: 'POST',
+      header,
+      body: message,
+      signal: abort.signal,
+      contextValues,
+    });
+
+    const body = await collect(answer.body);
+    answer.header?.forEach((value, name) => {
+      if (!['content-type', 'content-length', 'content-encoding', 'connect-content-encoding'].includes(name)) {
+        res.setHeader(name, value);
+      }
+    });
+    if (answer.status === 200) return writeJson(res, 200, body);
+    const { code, message: text, metadata } = restErrorOf(body);
+    sendError(res, code, text, requestId, metadata);
+  }
+}
+
+class GatewayError extends Error {
+  constructor(readonly code: ErrorCode, message: string) {
+    super(message);
+  }
+}
+
+function routeOf(handler: UniversalHandler): Route | null {
+  const rule = getOption(handler.method, http);
+  const pattern = rule.pattern;
+  if (!pattern.case || pattern.case === 'custom' || typeof pattern.value !== 'string') return null;
+  const template = pattern.value;
+  const pathFields: string[] = [];
+  const source = template
+    .split('/')
+    .map((segment) => {
+      const variable = /^\{([a-z_][a-z0-9_.]*)(?:=\*)?\}$/.exec(segment);
+      if (!variable) return segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+      const field = handler.method.input.fields.find((f) => f.name === variable[1]);
+      if (!field) throw new Error(`${handler.method.name}: path variable ${variable[1]} is not a field of the request`);
+      pathFields.push(field.jsonName);
+      return '([^/]+)';
+    })
+    .join('/');
+  return {
+    verb: pattern.case.toUpperCase(),
+    pattern: new RegExp(`^${source}/?$`),
+    pathFields,
+    bodyAll: rule.body === '*',
+    template,
+    method: handler.method,
+    handler,
+  };
+}
+
+async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Record<string, JsonValue>> {
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (declared > maxBytes) throw new GatewayError('PAYLOAD_TOO_LARGE', `The body exceeds ${maxBytes} bytes.`);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw new GatewayError('PAYLOAD_TOO_LARGE', `The body exceeds ${maxBytes} bytes.`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  const contentType = String(req.headers['content-type'] ?? '');
+  if (!/^application\/json\s*(;|$)/i.test(contentType)) {
+    throw new GatewayError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json.');
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks));
+  } catch {
+    throw new GatewayError('MALFORMED_JSON', 'The body is not valid UTF-8.');
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new GatewayError('MALFORMED_JSON', 'The body is not valid JSON.');
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new GatewayError('MALFORMED_JSON', 'The body must be a JSON object.');
+  }
+  return value as Record<string, JsonValue>;
+}
+
+/** Query parameters bind to scalar fields by proto or JSON name; repeated ones may repeat. */
+function queryToJson(method: DescMethod, params: URLSearchParams, bodyAll: boolean): Record<string, JsonValue> {
+  const json: Record<string, JsonValue> = {};
+  for (const name of new Set(params.keys())) {
+    const field = method.input.fields.find((f) => f.name === name || f.jsonName === name);
+    if (bodyAll || !field || field.fieldKind === 'message' || field.fieldKind === 'map') {
+      throw new GatewayError('INVALID_ARGUMENT', `Unknown query parameter "${name}".`);
+    }
+    const values = params.getAll(name).map((v) => scalarFromQuery(field, v));
+    if (field.fieldKind === 'list') json[field.jsonName] = values;
+    else if (values.length > 1) throw new GatewayError('INVALID_ARGUMENT', `Query parameter "${name}" must not repeat.`);
+    else json[field.jsonName] = values[0] ?? '';
+  }
+  return json;
+}
+
+function scalarFromQuery(field: DescField, value: string): JsonValue {
+  const scalar = field.fieldKind === 'scalar' || field.fieldKind === 'list' ? field.scalar : undefined;
+  // proto3 JSON wants booleans as true/false and accepts numbers as strings.
+  if (scalar === 8 /* BOOL */) {
+    if (value === 'true' || value === 'false') return value === 'true';
+    throw new GatewayError('INVALID_ARGUMENT', `Query parameter "${field.name}" must be true or false.`);
+  }
+  return value;
+}
+
+async function collect(body: AsyncIterable<Uint8Array> | undefined): Promise<Buffer> {
+  if (!body) return Buffer.alloc(0);
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of body) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
+/** Turns a Connect error body into the REST error: the stable code, its message and metadata. */
+function restErrorOf(body: Buffer): { code: ErrorCode; message: string; metadata: Record<string, string> } {
+  try {
+    const parsed = JSON.parse(body.toString('utf8')) as {
+      code?: string;
+      message?: string;
+      details?: { type?: string; value?: string }[];
+    };
+    const detail = parsed.details?.find((d) => d.type === 'google.rpc.ErrorInfo');
+    if (detail?.value) {
+      const info = fromBinary(ErrorInfoSchema, Buffer.from(detail.value, 'base64'));
+      if (info.reason in ERRORS) return { code: info.reason as ErrorCode, message: parsed.message ?? '', metadata: info.metadata };
+    }
+    return { code: fallbackCodeOf(codeFromString(parsed.code ?? '') ?? Code.Unknown), message: parsed.message ?? '', metadata: {} };
+  } catch {
+    return { code: 'INTERNAL', message: 'Internal error.', metadata: {} };
+  }
+}
+
+export function sendError(
+  res: NodeResponse,
+  code: ErrorCode,
+  message: string,
+  requestId: string,
+  metadata: Record<string, string> = {},
+): void {
+  if (res.headersSent) return void res.end();
+  const body: Record<string, unknown> = { code, message, requestId };
+  if (Object.keys(metadata).length > 0) body.details = metadata;
+  res.setHeader('x-request-id', requestId);
+  writeJson(res, httpStatusOf(code), JSON.stringify(body));
+}
+
+/** Writes a JSON response on either HTTP version (their compat APIs differ only in types). */
+export function writeJson(res: NodeResponse, status: number, body: string | Buffer): void {
+  const plain = res as ServerResponse;
+  plain.writeHead(status, { 'content-type': 'application/json' });
+  plain.end(body);
+}

@@ -1,0 +1,1 @@
+export { start, PUBLIC_SERVICES, type App, type BuildOptions } from './app';

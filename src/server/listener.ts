@@ -1,0 +1,137 @@
+import http from 'node:http';
+import http2 from 'node:http2';
+import net from 'node:net';
+import { Duplex } from 'node:stream';
+
+export type RequestHandler = (
+  req: http.IncomingMessage | http2.Http2ServerRequest,
+  res: http.ServerResponse | http2.Http2ServerResponse,
+) => void;
+
+export interface Listener {
+  server: net.Server;
+  /** Stops accepting, lets in-flight requests finish (up to `graceMs`), then closes every connection. */
+  shutdown(graceMs: number): Promise<void>;
+}
+
+const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+
+/**
+ * One port for every protocol. `http2.createServer({allowHTTP1: true})` cannot accept
+ * cleartext HTTP/1.1, so each connection's first bytes decide: the HTTP/2 preface goes
+ * to the h2c server (gRPC, Connect over h2), anything else to the HTTP/1.1 server
+ * (REST, Connect, gRPC-web).
+ */
+export function createListener(handler: RequestHandler): Listener {
+  let inFlight = 0;
+  let drained: (() => void) | null = null;
+  const tracked: RequestHandler = (req, res) => {
+    inFlight++;
+    res.once('close', () => {
+      inFlight--;
+      if (inFlight === 0) drained?.();
+    });
+    handler(req, res);
+  };
+
+  const h1 = http.createServer({ keepAliveTimeout: 5_000 }, tracked);
+  const h2 = http2.createServer({}, tracked);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on('session', (session) => {
+    sessions.add(session);
+    session.once('close', () => sessions.delete(session));
+  });
+  const sockets = new Set<net.Socket>();
+
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+    let seen = Buffer.alloc(0);
+    const sniff = (chunk: Buffer) => {
+      seen = Buffer.concat([seen, chunk]);
+      const compared = Math.min(seen.length, H2_PREFACE.length);
+      const isH2 = seen.subarray(0, compared).equals(H2_PREFACE.subarray(0, compared));
+      if (isH2 && seen.length < H2_PREFACE.length) return;
+      socket.off('data', sniff);
+      if (isH2) {
+        h2.emit('connection', new ReplayedSocket(socket, seen));
+      } else {
+        socket.pause();
+        socket.unshift(seen);
+        h1.emit('connection', socket);
+        socket.resume();
+      }
+    };
+    socket.on('data', sniff);
+    socket.on('error', () => socket.destroy());
+  });
+
+  return {
+    server,
+    async shutdown(graceMs) {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      h1.closeIdleConnections();
+      for (const session of sessions) session.close();
+      if (inFlight > 0) {
+        await Promise.race([
+          new Promise<void>((resolve) => (drained = resolve)),
+          new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref()),
+        ]);
+      }
+      h1.closeAllConnections();
+      for (const session of sessions) session.destroy();
+      for (const socket of sockets) socket.destroy();
+      await closed;
+    },
+  };
+}
+
+/**
+ * The sniffed bytes are gone from the kernel buffer, and the HTTP/2 server reads a
+ * native socket's handle directly, so `unshift` cannot give them back. A stream that
+ * replays them and then relays the socket works: http2 wraps any non-native stream.
+ */
+class ReplayedSocket extends Duplex {
+  constructor(
+    private readonly socket: net.Socket,
+    head: Buffer,
+  ) {
+    super();
+    this.push(head);
+    socket.on('data', (chunk: Buffer) => {
+      if (!this.push(chunk)) socket.pause();
+    });
+    socket.once('end', () => this.push(null));
+    socket.once('close', () => this.destroy());
+    socket.once('error', (error) => this.destroy(error));
+  }
+
+  get remoteAddress() {
+    return this.socket.remoteAddress;
+  }
+
+  get remotePort() {
+    return this.socket.remotePort;
+  }
+
+  get remoteFamily() {
+    return this.socket.remoteFamily;
+  }
+
+  override _read(): void {
+    this.socket.resume();
+  }
+
+  override _write(chunk: Buffer, encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    this.socket.write(chunk, encoding, callback);
+  }
+
+  override _final(callback: (error?: Error | null) => void): void {
+    this.socket.end(callback);
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.socket.destroy(error ?? undefined);
+    callback(error);
+  }
+}

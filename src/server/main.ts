@@ -1,0 +1,45 @@
+import { loadConfig, ConfigError } from '../config';
+import { createLogger } from '../config/logger';
+import { openDatabase, migrate, resolveDatabaseUrl } from '../db';
+import { start } from './app';
+
+/** Entry point: `npm start`. Migrations run at start except in production, where `npm run migrate` does. */
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const logger = createLogger(config.logLevel);
+  const database = await resolveDatabaseUrl(config.databaseUrl, logger);
+  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  if (config.env !== 'production') {
+    const applied = await migrate(orm);
+    if (applied.length > 0) logger.info({ applied }, 'migrations applied');
+  }
+  const app = await start({ config, orm, logger });
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down: finishing in-flight calls');
+    await app.close();
+    await orm.close();
+    await database.stop();
+    logger.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`failed to start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});

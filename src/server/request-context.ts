@@ -1,0 +1,58 @@
+import { randomUUID } from 'node:crypto';
+import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
+import type { MikroORM } from '../db/orm';
+import { entityManagerKey } from '../db/context';
+import { requestIdKey, transportKey, type Transport } from '../context';
+import { apiError, errorInfoOf, fallbackCodeOf } from '../errors';
+import type { Logger } from '../config/logger';
+
+export interface CallObserver {
+  (call: { procedure: string; transport: Transport; code: string; seconds: number }): void;
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+function transportOf(contentType: string | null): Transport {
+  if (contentType?.startsWith('application/grpc-web')) return 'grpc-web';
+  if (contentType?.startsWith('application/grpc')) return 'grpc';
+  return 'connect';
+}
+
+/**
+ * Outermost interceptor: gives every call a request id, its own EntityManager fork and
+ * one log line; turns anything that is not a deliberate ConnectError into `internal`
+ * with the message hidden (the cause goes to the log with the request id).
+ */
+export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, observe?: CallObserver): Interceptor {
+  return (next) => async (req) => {
+    const started = process.hrtime.bigint();
+    const incoming = req.header.get('x-request-id');
+    const requestId = incoming && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    const transport = req.contextValues.get(transportKey) ?? transportOf(req.header.get('content-type'));
+    req.contextValues.set(requestIdKey, requestId);
+    req.contextValues.set(transportKey, transport);
+    req.contextValues.set(entityManagerKey, orm.em.fork());
+    const finish = (code: string) => {
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      observe?.({ procedure: `${req.service.typeName}/${req.method.name}`, transport, code, seconds });
+      logger.info({ requestId, procedure: `${req.service.typeName}/${req.method.name}`, transport, code, ms: Math.round(seconds * 1000) }, 'call');
+    };
+    try {
+      const res = await next(req);
+      res.header.set('x-request-id', requestId);
+      finish('OK');
+      return res;
+    } catch (error) {
+      let connectError: ConnectError;
+      if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
+        connectError = error;
+      } else {
+        logger.error({ requestId, err: error, procedure: `${req.service.typeName}/${req.method.name}` }, 'internal error');
+        connectError = apiError('INTERNAL', `Internal error; quote request id ${requestId} when reporting it.`);
+      }
+      connectError.metadata.set('x-request-id', requestId);
+      finish(errorInfoOf(connectError)?.code ?? fallbackCodeOf(connectError.code));
+      throw connectError;
+    }
+  };
+}

@@ -1,0 +1,48 @@
+import { randomBytes } from 'node:crypto';
+import { Client } from 'pg';
+
+/**
+ * Every test file gets its own PostgreSQL database, cloned from a template that global
+ * setup migrated once per run, so suites run in parallel without seeing each other's rows.
+ */
+export const ADMIN_URL = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const TEMPLATE_ENV = 'PUBLISHING_TEST_TEMPLATE_DB';
+
+export function databaseUrl(name: string): string {
+  const url = new URL(ADMIN_URL);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+export async function withAdmin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
+  const client = new Client({ connectionString: ADMIN_URL });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+export async function createTestDatabase(): Promise<{ name: string; url: string; drop(): Promise<void> }> {
+  const template = process.env[TEMPLATE_ENV];
+  if (!template) throw new Error(`${TEMPLATE_ENV} is not set: run the suites through jest (global setup migrates the template)`);
+  const name = `publishing_test_${randomBytes(6).toString('hex')}`;
+  await withAdmin(async (client) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await client.query(`create database ${name} template ${template}`);
+        return;
+      } catch (error) {
+        // Two clones of one template at the same instant can collide; a retry settles it.
+        if (attempt >= 5 || !/being accessed by other users/.test(String(error))) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
+      }
+    }
+  });
+  return {
+    name,
+    url: databaseUrl(name),
+    drop: () => withAdmin(async (client) => void (await client.query(`drop database if exists ${name} with (force)`))),
+  };
+}

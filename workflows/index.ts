@@ -1,0 +1,1 @@
+export { deliverWebhook } from './delivery';
