@@ -61,6 +61,8 @@ export const ERRORS = {
   WEBHOOK_URL_INVALID: [Code.InvalidArgument, 400],
   WEBHOOK_URL_NOT_HTTPS: [Code.InvalidArgument, 400],
   WEBHOOK_URL_HAS_CREDENTIALS: [Code.InvalidArgument, 400],
+  WEBHOOK_URL_HAS_FRAGMENT: [Code.InvalidArgument, 400],
+  WEBHOOK_URL_MISSING_HOST: [Code.InvalidArgument, 400],
   WEBHOOK_URL_TOO_LONG: [Code.InvalidArgument, 400],
   WEBHOOK_URL_FORBIDDEN_ADDRESS: [Code.InvalidArgument, 400],
   WEBHOOK_DESCRIPTION_TOO_LONG: [Code.InvalidArgument, 400],

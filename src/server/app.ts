@@ -7,6 +7,8 @@ import { createLogger, type Logger } from '../config/logger';
 import { openDatabase, migrate, type MikroORM } from '../db';
 import { createAuthInterceptor, createAuthorizeInterceptor } from '../auth';
 import { createAuditInterceptor } from '../audit';
+import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
+import { PostServiceImpl } from '../posts';
 import { Health } from '../gen/grpc/health/v1/health_pb';
 import { ConnectionService } from '../gen/publishing/v1/connection_service_pb';
 import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
@@ -16,6 +18,22 @@ import { createListener, type Listener, type RequestHandler } from './listener';
 import { RestGateway, sendError, writeJson } from './gateway';
 import { createRequestContextInterceptor } from './request-context';
 import { HealthService, databaseReady } from './health';
+
+/** Where the provider returns the browser; the page shows what to send to /connections/complete. */
+const CALLBACK_PATH = '/connections/callback';
+
+function showCallback(rawUrl: string, res: Parameters<RequestHandler>[1]): void {
+  const params = new URL(rawUrl, 'http://callback.invalid').searchParams;
+  writeJson(
+    res,
+    200,
+    JSON.stringify({
+      state: params.get('state') ?? '',
+      connectedAccountId: params.get('connected_account_id') ?? params.get('connectedAccountId') ?? '',
+      next: 'POST /api/v1/connections/complete with this state and connectedAccountId',
+    }),
+  );
+}
 
 /** Services under /api/v1 (REST) as well as gRPC and Connect. */
 export const PUBLIC_SERVICES = [ConnectionService, WebhookService, PostService] as const;
@@ -35,6 +53,8 @@ export interface BuildOptions {
   /** An ORM already connected and migrated (tests share one per file); opened from config otherwise. */
   orm?: MikroORM;
   logger?: Logger;
+  /** The clock every rule reads (state expiry, schedules); tests move it. */
+  now?: () => number;
 }
 
 /** Composition root: wires every dependency and returns a listening app (port 0 picks a free one). */
@@ -45,11 +65,25 @@ export async function start(options: BuildOptions): Promise<App> {
   const orm = options.orm ?? (await openDatabase(config.databaseUrl));
   if (ownsOrm) await migrate(orm);
 
+  const now = options.now ?? Date.now;
+  const sandbox = config.provider.kind === 'sandbox' ? new SandboxProvider(config.publicUrl) : null;
+  const provider =
+    config.provider.kind === 'composio'
+      ? new ComposioProvider({ baseUrl: config.provider.baseUrl, apiKey: config.provider.apiKey, authConfigIds: config.provider.authConfigIds })
+      : (sandbox as SandboxProvider);
+  const connections = new ConnectionServiceImpl({
+    provider,
+    signer: new StateSigner(config.stateSigningKey),
+    callbackUrl: `${config.publicUrl}${CALLBACK_PATH}`,
+    now,
+  });
+  const posts = new PostServiceImpl(now);
+
   const routes = (router: ConnectRouter) => {
     router.service(Health, new HealthService(orm, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
-    router.service(ConnectionService, {});
+    router.service(ConnectionService, connections);
     router.service(WebhookService, {});
-    router.service(PostService, {});
+    router.service(PostService, posts);
     router.service(OperatorService, {});
   };
 
@@ -84,6 +118,8 @@ export async function start(options: BuildOptions): Promise<App> {
       );
       return;
     }
+    if (path === CALLBACK_PATH) return void showCallback(req.url ?? '/', res);
+    if (sandbox && sandbox.handle(req as never, res as never)) return;
     if (path === '/api/v1' || path.startsWith('/api/v1/')) {
       const requestId = randomUUID();
       gateway.handle(req, res, requestId).catch((error: unknown) => {

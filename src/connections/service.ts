@@ -1,0 +1,308 @@
+import { create } from '@bufbuild/protobuf';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
+import {
+  ConnectionSchema,
+  ToolkitSchema,
+  type Connection,
+  type ConnectionService,
+  type ConfirmConnectionRequest,
+  type CompleteConnectionRequest,
+  type DisableConnectionRequest,
+  type ListConnectionsRequest,
+  type StartConnectionRequest,
+} from '../gen/publishing/v1/connection_service_pb';
+import { canConfirmChangedAccount, requireCustomer, type CustomerPrincipal } from '../auth';
+import { noteAuditTarget } from '../audit';
+import {
+  ConnectionAttemptSchema,
+  DestinationSchema,
+  decodeCursor,
+  encodeCursor,
+  entityManagerOf,
+  isUniqueViolation,
+  isUuid,
+  pageSizeOf,
+  type Destination,
+  type EntityManager,
+} from '../db';
+import { apiError, type ErrorCode } from '../errors';
+import { holdScheduledPosts } from '../posts';
+import { PUBLISH_REGISTRY, connectableToolkits, toolkitOf } from './registry';
+import { STATE_TTL_MS, StateSigner } from './state';
+import { ProviderError, type AccountIdentity, type ConnectionProvider, type ProviderFailure } from './provider';
+
+export interface ConnectionServiceDeps {
+  provider: ConnectionProvider;
+  signer: StateSigner;
+  /** Where the provider returns the browser after consent. */
+  callbackUrl: string;
+  now: () => number;
+}
+
+const MAX_REASON_LENGTH = 500;
+
+const PROVIDER_ERRORS: Record<ProviderFailure, ErrorCode> = {
+  CONNECTED_ACCOUNT_NOT_FOUND: 'PROVIDER_ACCOUNT_NOT_FOUND',
+  CONNECTED_ACCOUNT_INACTIVE: 'PROVIDER_ACCOUNT_INACTIVE',
+  CONNECTED_ACCOUNT_MISMATCH: 'PROVIDER_ACCOUNT_MISMATCH',
+  PROVIDER_REJECTED: 'PROVIDER_UNAVAILABLE',
+  PROVIDER_UNAVAILABLE: 'PROVIDER_UNAVAILABLE',
+};
+
+/** The provider knows people by one id across organizations. */
+function providerUserId(principal: CustomerPrincipal): string {
+  return `${principal.organizationId}:${principal.userId}`;
+}
+
+export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionService> {
+  constructor(private readonly deps: ConnectionServiceDeps) {}
+
+  async listConnections(req: ListConnectionsRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const limit = pageSizeOf(req.pageSize);
+    const cursor = decodeCursor(req.pageToken);
+    const rows = await em.find(
+      DestinationSchema,
+      {
+        organizationId: principal.organizationId,
+        ...(cursor ? { $or: [{ createdAt: { $gt: new Date(cursor.at) } }, { createdAt: new Date(cursor.at), id: { $gt: cursor.id } }] } : {}),
+      },
+      { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1 },
+    );
+    const page = rows.slice(0, limit);
+    const last = page.at(-1);
+    return {
+      connections: page.map(toMessage),
+      registry: PUBLISH_REGISTRY.map((t) =>
+        create(ToolkitSchema, { slug: t.slug, name: t.name, status: t.status, reason: t.reason, accountKinds: [...t.accountKinds] }),
+      ),
+      connectableToolkits: connectableToolkits(),
+      nextPageToken: rows.length > limit && last ? encodeCursor({ at: last.createdAt.toISOString(), id: last.id }) : '',
+    };
+  }
+
+  async startConnection(req: StartConnectionRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const toolkit = toolkitOf(req.toolkit);
+    if (!toolkit || toolkit.status !== 'connectable') {
+      throw apiError(
+        'CAPABILITY_UNSUPPORTED',
+        toolkit ? `${toolkit.name} cannot be connected: ${toolkit.reason}` : `"${req.toolkit.slice(0, 64)}" is not in the publish registry and cannot be connected.`,
+        { metadata: { toolkit: req.toolkit.slice(0, 64), status: toolkit?.status ?? 'not_in_registry' } },
+      );
+    }
+    let destinationId: string | null = null;
+    if (req.connectionId) {
+      const destination = await this.destination(em, principal, req.connectionId);
+      if (destination.toolkit !== toolkit.slug) {
+        throw apiError('INVALID_ARGUMENT', `Connection ${destination.id} is a ${destination.toolkit} connection, not ${toolkit.slug}.`);
+      }
+      destinationId = destination.id;
+    }
+    const expiresAt = new Date(this.deps.now() + STATE_TTL_MS);
+    const attempt = em.create(ConnectionAttemptSchema, {
+      organizationId: principal.organizationId,
+      userId: principal.userId,
+      toolkit: toolkit.slug,
+      destinationId,
+      expiresAt,
+    });
+    await em.flush();
+    noteAuditTarget(ctx, attempt.id, { toolkit: toolkit.slug, reconnect: destinationId });
+    const state = this.deps.signer.sign({
+      attemptId: attempt.id,
+      organizationId: principal.organizationId,
+      userId: principal.userId,
+      toolkit: toolkit.slug,
+      expiresAt: expiresAt.getTime(),
+    });
+    const link = await this.callProvider(() =>
+      this.deps.provider.createLink({ toolkit: toolkit.slug, userId: providerUserId(principal), callbackUrl: this.deps.callbackUrl, state }),
+    );
+    return { redirectUrl: link.redirectUrl, state, expiresAt: timestampFromDate(expiresAt) };
+  }
+
+  async completeConnection(req: CompleteConnectionRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const now = this.deps.now();
+    const check = this.deps.signer.verify(req.state, principal, now);
+    if (!check.ok) throw apiError(check.code, STATE_MESSAGES[check.code]);
+    const { attemptId, toolkit } = check.payload;
+    noteAuditTarget(ctx, attemptId, { toolkit });
+    if (!req.connectedAccountId.trim()) {
+      throw apiError('CONNECTED_ACCOUNT_REQUIRED', 'connectedAccountId is required: the provider hands it back on the callback.');
+    }
+
+    // Claiming the attempt makes the state single-use; a refusal below rolls the claim back.
+    const claimed = await em.nativeUpdate(
+      ConnectionAttemptSchema,
+      { id: attemptId, organizationId: principal.organizationId, userId: principal.userId, completedAt: null },
+      { completedAt: new Date(now) },
+    );
+    if (claimed === 0) throw apiError('STATE_ALREADY_USED', 'This connection attempt was already completed; start a new one.');
+    const attempt = await em.findOneOrFail(ConnectionAttemptSchema, { id: attemptId, organizationId: principal.organizationId });
+
+    const identity = await this.callProvider(() =>
+      this.deps.provider.readIdentity({ toolkit, userId: providerUserId(principal), connectedAccountId: req.connectedAccountId }),
+    );
+    await this.refuseIfRegisteredElsewhere(em, principal, toolkit, identity, attempt.destinationId ?? null);
+
+    let destination: Destination;
+    let heldPosts = 0;
+    if (attempt.destinationId) {
+      destination = await this.destination(em, principal, attempt.destinationId);
+      const changed = destination.accountId !== identity.accountId;
+      assignIdentity(destination, identity, req.connectedAccountId);
+      if (changed) {
+        // A different account behind the same destination must be re-reviewed before anything is published.
+        destination.status = 'held';
+        destination.verifiedAt = null;
+        heldPosts = await holdScheduledPosts(em, destination.id, 'account_changed', new Date(now));
+      } else if (destination.status === 'disconnected') {
+        destination.status = 'connected';
+        destination.disconnectedAt = null;
+        destination.disableReason = null;
+      }
+    } else {
+      destination = em.create(DestinationSchema, {
+        organizationId: principal.organizationId,
+        toolkit,
+        status: 'connected',
+        connectedAccountRef: req.connectedAccountId,
+        accountId: identity.accountId,
+        accountKind: identity.kind,
+        displayName: identity.displayName,
+        handle: identity.handle,
+        avatarUrl: identity.avatarUrl,
+        confirmedAccountId: null,
+      });
+    }
+    try {
+      await em.flush();
+    } catch (error) {
+      if (isUniqueViolation(error, 'destinations_account_unique')) {
+        throw apiError('ACCOUNT_REGISTERED_ELSEWHERE', 'This account is already connected.', { cause: error });
+      }
+      throw error;
+    }
+    noteAuditTarget(ctx, destination.id, { attemptId, accountId: identity.accountId, heldPosts });
+    return { connection: toMessage(destination), heldPosts };
+  }
+
+  async confirmConnection(req: ConfirmConnectionRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    noteAuditTarget(ctx, req.id);
+    if (req.confirmIdentity !== true) {
+      throw apiError('CONFIRMATION_REQUIRED', 'Set confirmIdentity to true to confirm the connected account.');
+    }
+    const destination = await this.destination(em, principal, req.id);
+    if (destination.status === 'disconnected') {
+      throw apiError('CONNECTION_DISCONNECTED', 'This connection is disabled; reconnect it before confirming.');
+    }
+    const changed = destination.confirmedAccountId !== null && destination.confirmedAccountId !== destination.accountId;
+    if (changed && !canConfirmChangedAccount(principal.role)) {
+      throw apiError('OWNER_OR_ADMIN_REQUIRED', 'The account differs from the one confirmed before; an owner or admin must confirm it.', {
+        metadata: { previousAccountId: destination.confirmedAccountId ?? '', accountId: destination.accountId },
+      });
+    }
+    destination.status = 'verified';
+    destination.verifiedAt = new Date(this.deps.now());
+    destination.confirmedAccountId = destination.accountId;
+    await em.flush();
+    noteAuditTarget(ctx, destination.id, { accountId: destination.accountId, accountChanged: changed });
+    return { connection: toMessage(destination) };
+  }
+
+  async disableConnection(req: DisableConnectionRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    noteAuditTarget(ctx, req.id);
+    const reason = req.reason.trim();
+    if (!reason) throw apiError('DISABLE_REASON_REQUIRED', 'A reason is required to disable a connection.');
+    if ([...reason].length > MAX_REASON_LENGTH) {
+      throw apiError('DISABLE_REASON_TOO_LONG', `The reason must be at most ${MAX_REASON_LENGTH} characters.`);
+    }
+    const destination = await this.destination(em, principal, req.id);
+    let heldPosts = 0;
+    if (destination.status !== 'disconnected') {
+      const now = new Date(this.deps.now());
+      destination.status = 'disconnected';
+      destination.disconnectedAt = now;
+      destination.disableReason = reason;
+      heldPosts = await holdScheduledPosts(em, destination.id, 'connection_disabled', now);
+      await em.flush();
+    }
+    noteAuditTarget(ctx, destination.id, { reason, heldPosts });
+    return { connection: toMessage(destination), heldPosts };
+  }
+
+  private async destination(em: EntityManager, principal: CustomerPrincipal, id: string): Promise<Destination> {
+    const destination = isUuid(id) ? await em.findOne(DestinationSchema, { id, organizationId: principal.organizationId }) : null;
+    if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${id.slice(0, 64)} in this organization.`);
+    return destination;
+  }
+
+  /** The unique index is the rule; this read only picks the clearer of two refusals. */
+  private async refuseIfRegisteredElsewhere(
+    em: EntityManager,
+    principal: CustomerPrincipal,
+    toolkit: string,
+    identity: AccountIdentity,
+    reconnecting: string | null,
+  ): Promise<void> {
+    const holder = await em.findOne(DestinationSchema, { toolkit, accountId: identity.accountId });
+    if (!holder || holder.id === reconnecting) return;
+    if (holder.organizationId !== principal.organizationId) {
+      throw apiError('ACCOUNT_REGISTERED_ELSEWHERE', 'This account is already connected to another organization or workspace.');
+    }
+    throw apiError('ACCOUNT_ALREADY_CONNECTED', `This account is already connected as ${holder.id}; reconnect that connection instead.`, {
+      metadata: { connectionId: holder.id },
+    });
+  }
+
+  private async callProvider<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (error) {
+      if (error instanceof ProviderError) throw apiError(PROVIDER_ERRORS[error.failure], error.message, { cause: error });
+      throw error;
+    }
+  }
+}
+
+const STATE_MESSAGES: Record<'STATE_INVALID' | 'STATE_EXPIRED' | 'STATE_ORGANIZATION_MISMATCH' | 'STATE_USER_MISMATCH', string> = {
+  STATE_INVALID: 'The connection state is not valid: it is malformed or was not signed by this service.',
+  STATE_EXPIRED: 'The connection attempt is older than 15 minutes; start it again.',
+  STATE_ORGANIZATION_MISMATCH: 'The connection attempt was started in another organization.',
+  STATE_USER_MISMATCH: 'The connection attempt must be completed by the person who started it.',
+};
+
+function assignIdentity(destination: Destination, identity: AccountIdentity, ref: string): void {
+  destination.connectedAccountRef = ref;
+  destination.accountId = identity.accountId;
+  destination.accountKind = identity.kind;
+  destination.displayName = identity.displayName;
+  destination.handle = identity.handle;
+  destination.avatarUrl = identity.avatarUrl;
+}
+
+export function toMessage(d: Destination): Connection {
+  return create(ConnectionSchema, {
+    id: d.id,
+    toolkit: d.toolkit,
+    status: d.status,
+    identity: { accountId: d.accountId, kind: d.accountKind, displayName: d.displayName, handle: d.handle, avatarUrl: d.avatarUrl },
+    confirmedAccountId: d.confirmedAccountId ?? '',
+    verifiedAt: d.verifiedAt ? timestampFromDate(d.verifiedAt) : undefined,
+    disconnectedAt: d.disconnectedAt ? timestampFromDate(d.disconnectedAt) : undefined,
+    disableReason: d.disableReason ?? '',
+    createdAt: timestampFromDate(d.createdAt),
+    updatedAt: timestampFromDate(d.updatedAt),
+  });
+}
+

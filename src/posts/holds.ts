@@ -1,0 +1,26 @@
+import type { EntityManager } from '../db/orm';
+
+/** Why a post is held; shown to clients as `holdReason`. */
+export type HoldReason = 'connection_disabled' | 'account_changed';
+
+/** Holds every scheduled post of a destination; posts and their history stay. Returns how many. */
+export async function holdScheduledPosts(em: EntityManager, destinationId: string, reason: HoldReason, now: Date): Promise<number> {
+  const result = await em.execute<{ affectedRows: number }>(
+    `update posts set status = 'held', hold_reason = ?, held_at = ?, updated_at = ?
+      where destination_id = ? and status = 'scheduled'`,
+    [reason, now, now, destinationId],
+    'run',
+  );
+  return result.affectedRows;
+}
+
+/** Returns a destination's held posts to scheduled. */
+export async function releaseHeldPosts(em: EntityManager, destinationId: string, now: Date): Promise<number> {
+  const result = await em.execute<{ affectedRows: number }>(
+    `update posts set status = 'scheduled', hold_reason = null, held_at = null, updated_at = ?
+      where destination_id = ? and status = 'held'`,
+    [now, destinationId],
+    'run',
+  );
+  return result.affectedRows;
+}

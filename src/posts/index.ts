@@ -1,0 +1,2 @@
+export { PostServiceImpl } from './service';
+export { holdScheduledPosts, releaseHeldPosts, type HoldReason } from './holds';

@@ -1,0 +1,115 @@
+import { create } from '@bufbuild/protobuf';
+import { timestampDate, timestampFromDate } from '@bufbuild/protobuf/wkt';
+import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
+import {
+  PostSchema as PostMessageSchema,
+  type ListPostsRequest,
+  type Post as PostMessage,
+  type PostService,
+  type ReleaseHeldPostsRequest,
+  type SchedulePostRequest,
+} from '../gen/publishing/v1/post_service_pb';
+import { requireCustomer } from '../auth';
+import { noteAuditTarget } from '../audit';
+import { DestinationSchema, PostSchema, decodeCursor, encodeCursor, entityManagerOf, isUuid, pageSizeOf, type Post } from '../db';
+import { apiError } from '../errors';
+import { releaseHeldPosts } from './holds';
+
+const MAX_TEXT_LENGTH = 5000;
+
+/** Scheduled posts, as far as destinations need them: only verified destinations take them. */
+export class PostServiceImpl implements ServiceImpl<typeof PostService> {
+  constructor(private readonly now: () => number) {}
+
+  async schedulePost(req: SchedulePostRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const text = req.text.trim();
+    if (!text || [...text].length > MAX_TEXT_LENGTH) {
+      throw apiError('POST_TEXT_INVALID', `text is required and at most ${MAX_TEXT_LENGTH} characters.`);
+    }
+    if (!req.scheduledAt) throw apiError('POST_SCHEDULE_INVALID', 'scheduledAt is required.');
+    const scheduledAt = timestampDate(req.scheduledAt);
+    if (Number.isNaN(scheduledAt.getTime()) || scheduledAt.getTime() <= this.now()) {
+      throw apiError('POST_SCHEDULE_INVALID', 'scheduledAt must be in the future.');
+    }
+    const destination = isUuid(req.connectionId)
+      ? await em.findOne(DestinationSchema, { id: req.connectionId, organizationId: principal.organizationId })
+      : null;
+    if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${req.connectionId.slice(0, 64)} in this organization.`);
+    if (destination.status !== 'verified') {
+      throw apiError('DESTINATION_NOT_VERIFIED', `Connection ${destination.id} is ${destination.status}; only a verified connection receives posts.`, {
+        metadata: { status: destination.status },
+      });
+    }
+    const post = em.create(PostSchema, {
+      organizationId: principal.organizationId,
+      destinationId: destination.id,
+      text,
+      scheduledAt,
+      status: 'scheduled',
+    });
+    await em.flush();
+    return { post: toMessage(post) };
+  }
+
+  async listPosts(req: ListPostsRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const limit = pageSizeOf(req.pageSize);
+    const cursor = decodeCursor(req.pageToken);
+    if (req.status && req.status !== 'scheduled' && req.status !== 'held') {
+      throw apiError('INVALID_ARGUMENT', 'status must be "scheduled" or "held".');
+    }
+    if (req.connectionId && !isUuid(req.connectionId)) return { posts: [], nextPageToken: '' };
+    const rows = await em.find(
+      PostSchema,
+      {
+        organizationId: principal.organizationId,
+        ...(req.connectionId ? { destinationId: req.connectionId } : {}),
+        ...(req.status ? { status: req.status as Post['status'] } : {}),
+        ...(cursor
+          ? { $or: [{ scheduledAt: { $lt: new Date(cursor.at) } }, { scheduledAt: new Date(cursor.at), id: { $gt: cursor.id } }] }
+          : {}),
+      },
+      { orderBy: { scheduledAt: 'desc', id: 'asc' }, limit: limit + 1 },
+    );
+    const page = rows.slice(0, limit);
+    const last = page.at(-1);
+    return {
+      posts: page.map(toMessage),
+      nextPageToken: rows.length > limit && last ? encodeCursor({ at: last.scheduledAt.toISOString(), id: last.id }) : '',
+    };
+  }
+
+  async releaseHeldPosts(req: ReleaseHeldPostsRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    noteAuditTarget(ctx, req.connectionId);
+    const destination = isUuid(req.connectionId)
+      ? await em.findOne(DestinationSchema, { id: req.connectionId, organizationId: principal.organizationId })
+      : null;
+    if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${req.connectionId.slice(0, 64)} in this organization.`);
+    if (destination.status !== 'verified') {
+      throw apiError('DESTINATION_NOT_VERIFIED_FOR_RELEASE', 'Held posts are released only to a verified connection; confirm it first.', {
+        metadata: { status: destination.status },
+      });
+    }
+    const releasedPosts = await releaseHeldPosts(em, destination.id, new Date(this.now()));
+    noteAuditTarget(ctx, destination.id, { releasedPosts });
+    return { releasedPosts };
+  }
+}
+
+function toMessage(p: Post): PostMessage {
+  return create(PostMessageSchema, {
+    id: p.id,
+    connectionId: p.destinationId,
+    text: p.text,
+    scheduledAt: timestampFromDate(p.scheduledAt),
+    status: p.status,
+    holdReason: p.holdReason ?? '',
+    heldAt: p.heldAt ? timestampFromDate(p.heldAt) : undefined,
+    createdAt: timestampFromDate(p.createdAt),
+  });
+}
