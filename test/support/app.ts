@@ -34,11 +34,11 @@ export const TEST_ENV: Record<string, string> = {
 };
 
 /** A real listener on a free port over a database of its own. */
-export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
+export async function startTestApp(env: Record<string, string> = {}, options: { now?: () => number } = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
   const orm = await openDatabase(database.url, { pool: { min: 0, max: 10 } });
-  const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent') });
+  const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
   return {
     app,
     orm,
