@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
 import { createLogger } from '../config/logger';
-import { openDatabase, migrate, resolveDatabaseUrl, type EntityManager } from '../db';
+import { openDatabase, migrate, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 
 const USAGE = `usage: npm run admin -- <command> [options] [--json]
@@ -22,6 +22,13 @@ function need(values: Record<string, unknown>, name: string): string {
   return value.trim();
 }
 
+/** Ids are uuids; anything else would reach the database as a type error instead of a clear refusal. */
+function needId(values: Record<string, unknown>, name: string): string {
+  const value = need(values, name);
+  if (!isUuid(value)) throw new UsageError(`--${name} must be an id (uuid), got "${value}"`);
+  return value;
+}
+
 async function run(command: string, values: Record<string, string | boolean | undefined>, em: EntityManager): Promise<Record<string, unknown>> {
   switch (command) {
     case 'create-org': {
@@ -33,23 +40,36 @@ async function run(command: string, values: Record<string, string | boolean | un
     case 'create-user': {
       const role = need(values, 'role');
       if (!isRole(role)) throw new UsageError(`unknown role "${role}"`);
-      const user = await createUser(em, { organizationId: need(values, 'org'), email: need(values, 'email'), role });
+      const organizationId = needId(values, 'org');
+      const email = need(values, 'email');
+      if (!(await em.findOne(OrganizationSchema, { id: organizationId }))) throw new UsageError(`no organization ${organizationId}`);
+      const user = await createUser(em, { organizationId, email, role }).catch((error: unknown) => {
+        if (isUniqueViolation(error)) throw new UsageError(`${email} is already a user of organization ${organizationId}`);
+        throw error;
+      });
       return { userId: user.id, organizationId: user.organizationId, email: user.email, role: user.role };
     }
     case 'create-key': {
       const scopes = need(values, 'scopes').split(',').map((s) => s.trim()).filter(Boolean);
       const unknown = scopes.filter((s) => !isPermission(s));
       if (unknown.length > 0) throw new UsageError(`unknown scope(s): ${unknown.join(', ')}`);
+      if (scopes.length === 0) throw new UsageError('--scopes needs at least one scope');
+      const organizationId = needId(values, 'org');
+      const userId = needId(values, 'user');
+      // A key bound to a user of another organization could never authenticate.
+      if (!(await em.findOne(UserSchema, { id: userId, organizationId }))) {
+        throw new UsageError(`no user ${userId} in organization ${organizationId}`);
+      }
       const key = await issueApiKey(em, {
-        organizationId: need(values, 'org'),
-        userId: need(values, 'user'),
+        organizationId,
+        userId,
         name: typeof values.name === 'string' ? values.name : 'admin cli',
         scopes,
       });
       return { keyId: key.id, apiKey: key.key, scopes: key.scopes };
     }
     case 'revoke-key': {
-      const revoked = await revokeApiKey(em, need(values, 'key'));
+      const revoked = await revokeApiKey(em, needId(values, 'key'));
       if (!revoked) throw new UsageError('no such key, or it was already revoked');
       return { keyId: values.key, revoked: true };
     }
@@ -64,8 +84,8 @@ async function run(command: string, values: Record<string, string | boolean | un
   }
 }
 
-async function main(argv: string[]): Promise<number> {
-  const { positionals, values } = parseArgs({
+function parseCommandLine(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -81,6 +101,18 @@ async function main(argv: string[]): Promise<number> {
       help: { type: 'boolean' },
     },
   });
+}
+
+async function main(argv: string[]): Promise<number> {
+  let parsed: ReturnType<typeof parseCommandLine>;
+  try {
+    parsed = parseCommandLine(argv);
+  } catch (error) {
+    // Unknown options and missing option values are usage mistakes, like an unknown plan.
+    process.stderr.write(`admin: ${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    return 2;
+  }
+  const { positionals, values } = parsed;
   const [command] = positionals;
   if (!command || values.help) {
     process.stdout.write(USAGE);

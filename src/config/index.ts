@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**
  * Configuration from the environment, validated once at start. Development
@@ -40,6 +41,8 @@ export interface DeliveryConfig {
   maxResponseBytes: number;
   /** Embedded engine only: how often it looks for due deliveries. */
   pollIntervalMs: number;
+  /** The contract's 30 s; only NODE_ENV=test may shorten it (DELIVERY_TEST_RETRY_INTERVAL_MS). */
+  retryIntervalMs: number;
 }
 
 export interface TemporalConfig {
@@ -179,9 +182,14 @@ export function loadConfig(env: Env = process.env): Config {
       attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', 10_000, 100, 60_000),
       maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
+      retryIntervalMs: RETRY_INTERVAL_MS,
     },
     temporal,
   };
+  if (env.DELIVERY_TEST_RETRY_INTERVAL_MS) {
+    if (nodeEnv === 'test') config.delivery.retryIntervalMs = int('DELIVERY_TEST_RETRY_INTERVAL_MS', RETRY_INTERVAL_MS, 1, RETRY_INTERVAL_MS);
+    else problems.push('DELIVERY_TEST_RETRY_INTERVAL_MS is honoured only with NODE_ENV=test: the retry interval is fixed at 30 s');
+  }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
 }

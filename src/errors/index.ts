@@ -17,6 +17,11 @@ export const ERRORS = {
   UNSUPPORTED_MEDIA_TYPE: [Code.InvalidArgument, 415],
   NOT_IMPLEMENTED: [Code.Unimplemented, 501],
   INTERNAL: [Code.Internal, 500],
+  NOT_FOUND: [Code.NotFound, 404],
+  CONFLICT: [Code.AlreadyExists, 409],
+  FAILED_PRECONDITION: [Code.FailedPrecondition, 400],
+  DEADLINE_EXCEEDED: [Code.DeadlineExceeded, 504],
+  CANCELED: [Code.Canceled, 499],
   UNAVAILABLE: [Code.Unavailable, 503],
 
   // Authentication and permissions
@@ -121,6 +126,16 @@ export function fallbackCodeOf(code: Code): ErrorCode {
       return 'PAYLOAD_TOO_LARGE';
     case Code.Unavailable:
       return 'UNAVAILABLE';
+    case Code.NotFound:
+      return 'NOT_FOUND';
+    case Code.AlreadyExists:
+      return 'CONFLICT';
+    case Code.FailedPrecondition:
+      return 'FAILED_PRECONDITION';
+    case Code.DeadlineExceeded:
+      return 'DEADLINE_EXCEEDED';
+    case Code.Canceled:
+      return 'CANCELED';
     default:
       return 'INTERNAL';
   }

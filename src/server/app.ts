@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net';
+import { Pool } from 'pg';
 import { randomUUID } from 'node:crypto';
 import { createConnectRouter, type ConnectRouter } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
@@ -9,6 +10,17 @@ import { createAuthInterceptor, createAuthorizeInterceptor } from '../auth';
 import { createAuditInterceptor } from '../audit';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
+import { WebhookServiceImpl, SecretBox, WebhookRateLimiter } from '../webhooks';
+import { OperatorServiceImpl } from '../operator';
+import {
+  createActivities,
+  createOutboundClient,
+  createTemporalClient,
+  EmbeddedDeliveryEngine,
+  TemporalDeliveryEngine,
+  type DeliveryActivities,
+  type DeliveryEngine,
+} from '../delivery';
 import { Health } from '../gen/grpc/health/v1/health_pb';
 import { ConnectionService } from '../gen/publishing/v1/connection_service_pb';
 import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
@@ -45,6 +57,7 @@ export interface App {
   orm: MikroORM;
   logger: Logger;
   gateway: RestGateway;
+  delivery: Deliveries;
   close(): Promise<void>;
 }
 
@@ -55,6 +68,34 @@ export interface BuildOptions {
   logger?: Logger;
   /** The clock every rule reads (state expiry, schedules); tests move it. */
   now?: () => number;
+}
+
+export interface Deliveries {
+  engine: DeliveryEngine;
+  /** The embedded engine, when no Temporal address is configured. */
+  embedded: EmbeddedDeliveryEngine | null;
+  close(): Promise<void>;
+}
+
+/** Temporal when TEMPORAL_ADDRESS is set; otherwise the embedded engine over the delivery rows. */
+async function deliveryEngineFor(
+  config: Config,
+  deps: { orm: MikroORM; activities: DeliveryActivities; logger: Logger; now: () => number },
+): Promise<Deliveries> {
+  if (config.temporal) {
+    const temporal = await createTemporalClient(config.temporal);
+    const engine = new TemporalDeliveryEngine({
+      client: temporal.client,
+      taskQueue: config.temporal.taskQueue,
+      searchAttributes: config.temporal.searchAttributes,
+    });
+    deps.logger.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue }, 'deliveries run on Temporal');
+    return { engine, embedded: null, close: () => temporal.close() };
+  }
+  const embedded = new EmbeddedDeliveryEngine({ ...deps, pollIntervalMs: config.delivery.pollIntervalMs });
+  embedded.begin();
+  deps.logger.info('deliveries run on the embedded engine (no TEMPORAL_ADDRESS)');
+  return { engine: embedded, embedded, close: () => embedded.close() };
 }
 
 /** Composition root: wires every dependency and returns a listening app (port 0 picks a free one). */
@@ -79,12 +120,38 @@ export async function start(options: BuildOptions): Promise<App> {
   });
   const posts = new PostServiceImpl(now);
 
+  const secrets = new SecretBox(config.secretKeys, config.currentSecretKeyId);
+  // rate-limiter-flexible wants a pg pool of its own; two connections are plenty for its upserts.
+  const limiterPool = new Pool({ connectionString: String(orm.config.get('clientUrl')), max: 2 });
+  const activities = createActivities({
+    orm,
+    secrets,
+    outbound: createOutboundClient({
+      allowCidrs: config.delivery.allowCidrs,
+      extraCa: config.delivery.extraCaPem ?? undefined,
+      timeoutMs: config.delivery.attemptTimeoutMs,
+      maxResponseBytes: config.delivery.maxResponseBytes,
+    }),
+    logger,
+    now,
+    retryIntervalMs: config.delivery.retryIntervalMs,
+  });
+  const delivery = await deliveryEngineFor(config, { orm, activities, logger, now });
+  const webhooks = new WebhookServiceImpl({
+    secrets,
+    limiter: new WebhookRateLimiter(limiterPool),
+    engine: delivery.engine,
+    allowCidrs: config.delivery.allowCidrs,
+    now,
+  });
+  const operator = new OperatorServiceImpl({ now, onDeliveriesReleased: () => delivery.embedded?.wake() });
+
   const routes = (router: ConnectRouter) => {
     router.service(Health, new HealthService(orm, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
     router.service(ConnectionService, connections);
-    router.service(WebhookService, {});
+    router.service(WebhookService, webhooks);
     router.service(PostService, posts);
-    router.service(OperatorService, {});
+    router.service(OperatorService, operator);
   };
 
   const routerOptions = {
@@ -146,8 +213,11 @@ export async function start(options: BuildOptions): Promise<App> {
     orm,
     logger,
     gateway,
+    delivery,
     async close() {
       await listener.shutdown(10_000);
+      await delivery.close();
+      await limiterPool.end();
       if (ownsOrm) await orm.close();
     },
   };

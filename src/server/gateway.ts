@@ -80,7 +80,7 @@ export class RestGateway {
       message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
       Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
       route.pathFields.forEach((field, i) => {
-        message[field] = decodeURIComponent(match[i + 1] ?? '');
+        message[field] = pathSegment(match[i + 1] ?? '');
       });
     } catch (error) {
       if (error instanceof GatewayError) return sendError(res, error.code, error.message, requestId);
@@ -180,6 +180,15 @@ async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Recor
     throw new GatewayError('MALFORMED_JSON', 'The body must be a JSON object.');
   }
   return value as Record<string, JsonValue>;
+}
+
+/** A path variable's value; broken percent-encoding is the client's mistake, not an internal error. */
+function pathSegment(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw new GatewayError('INVALID_ARGUMENT', 'The path has invalid percent-encoding.');
+  }
 }
 
 /** Query parameters bind to scalar fields by proto or JSON name; repeated ones may repeat. */

@@ -53,6 +53,7 @@ export function createListener(handler: RequestHandler): Listener {
       const isH2 = seen.subarray(0, compared).equals(H2_PREFACE.subarray(0, compared));
       if (isH2 && seen.length < H2_PREFACE.length) return;
       socket.off('data', sniff);
+      socket.setTimeout(0);
       if (isH2) {
         h2.emit('connection', new ReplayedSocket(socket, seen));
       } else {
@@ -64,6 +65,10 @@ export function createListener(handler: RequestHandler): Listener {
     };
     socket.on('data', sniff);
     socket.on('error', () => socket.destroy());
+    // A connection that never says which protocol it speaks is not kept open.
+    socket.setTimeout(10_000, () => {
+      if (socket.listenerCount('data') > 0 && seen.length === 0) socket.destroy();
+    });
   });
 
   return {

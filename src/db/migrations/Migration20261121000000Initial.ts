@@ -26,13 +26,14 @@ create table users (
   role text not null check (role in ('owner', 'admin', 'member', 'viewer')),
   created_at timestamptz not null,
   updated_at timestamptz not null,
-  unique (organization_id, email)
+  unique (organization_id, email),
+  unique (id, organization_id)
 );`);
     this.addSql(`
 create table api_keys (
   id uuid primary key,
   organization_id uuid not null references organizations (id),
-  user_id uuid not null references users (id),
+  user_id uuid not null,
   name text not null,
   prefix text not null,
   key_hash text not null unique,
@@ -40,7 +41,9 @@ create table api_keys (
   revoked_at timestamptz,
   last_used_at timestamptz,
   created_at timestamptz not null,
-  updated_at timestamptz not null
+  updated_at timestamptz not null,
+  -- A key acts for one user in one organization; the database holds the two together.
+  foreign key (user_id, organization_id) references users (id, organization_id)
 );`);
     // One social account can be connected once, across all organizations: the unique
     // index is the rule, so two concurrent completions cannot both win.
@@ -161,6 +164,13 @@ create table delivery_usage (
   deliveries bigint not null,
   primary key (organization_id, month)
 );`);
+    // Shape required by rate-limiter-flexible's Postgres store; counters shared by every instance.
+    this.addSql(`
+create table rate_limits (
+  key varchar(255) primary key,
+  points integer not null default 0,
+  expire bigint
+);`);
     // scope is 'global' or an organization id.
     this.addSql(`
 create table kill_switches (
@@ -202,7 +212,7 @@ create trigger audit_events_no_truncate before truncate on audit_events
 
   override down(): void {
     for (const table of [
-      'audit_events', 'kill_switches', 'delivery_usage', 'dead_letters', 'delivery_attempts',
+      'audit_events', 'rate_limits', 'kill_switches', 'delivery_usage', 'dead_letters', 'delivery_attempts',
       'webhook_deliveries', 'webhook_endpoints', 'posts', 'connection_attempts', 'destinations',
       'api_keys', 'users', 'organizations',
     ]) {

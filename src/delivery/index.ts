@@ -1,0 +1,11 @@
+export type { DeliveryEngine, DeliveryRef, DeliveryMeta, DeliveryActivities, AttemptOutcome } from './contract';
+export { FAILURE_TYPES } from './contract';
+export { createActivities, type ActivityDeps } from './activities';
+export { EmbeddedDeliveryEngine } from './embedded-engine';
+export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';
+export { workflowIdFor } from './workflow-id';
+export { createOutboundClient, OutboundError, type OutboundClient } from './outbound';
+export { signatureFor, signedHeaders, SIGNATURE_HEADER, TIMESTAMP_HEADER } from './signing';
+export { verifyWebhook, WebhookVerificationError } from './verify';
+export { recentDeliveriesByEndpoint, RECENT_DELIVERIES } from './store';
+export { deliveriesStopped, readKillSwitch, writeKillSwitch, GLOBAL_SCOPE, type KillSwitchState } from './kill-switch';

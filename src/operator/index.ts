@@ -1,0 +1,1 @@
+export { OperatorServiceImpl, type OperatorServiceDeps } from './service';

@@ -1,0 +1,53 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+
+/**
+ * Webhook signing secrets at rest: AES-256-GCM under a key named by id, so keys can be
+ * rotated (new secrets use the current key; old ones still open until re-encrypted).
+ * The endpoint id is bound in as associated data, so a ciphertext copied onto another
+ * endpoint's row does not decrypt.
+ */
+const NONCE_BYTES = 12;
+const TAG_BYTES = 16;
+
+export interface SealedSecret {
+  keyId: string;
+  ciphertext: Buffer;
+}
+
+export class SecretBox {
+  constructor(
+    private readonly keys: ReadonlyMap<string, Buffer>,
+    readonly currentKeyId: string,
+  ) {
+    if (!keys.has(currentKeyId)) throw new Error(`no secret encryption key "${currentKeyId}"`);
+  }
+
+  seal(secret: string, endpointId: string): SealedSecret {
+    const nonce = randomBytes(NONCE_BYTES);
+    const cipher = createCipheriv('aes-256-gcm', this.key(this.currentKeyId), nonce);
+    cipher.setAAD(Buffer.from(endpointId));
+    const body = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()]);
+    return { keyId: this.currentKeyId, ciphertext: Buffer.concat([nonce, body, cipher.getAuthTag()]) };
+  }
+
+  open(sealed: SealedSecret, endpointId: string): string {
+    const nonce = sealed.ciphertext.subarray(0, NONCE_BYTES);
+    const tag = sealed.ciphertext.subarray(sealed.ciphertext.length - TAG_BYTES);
+    const body = sealed.ciphertext.subarray(NONCE_BYTES, sealed.ciphertext.length - TAG_BYTES);
+    const decipher = createDecipheriv('aes-256-gcm', this.key(sealed.keyId), nonce);
+    decipher.setAAD(Buffer.from(endpointId));
+    decipher.setAuthTag(tag);
+    return Buffer.concat([decipher.update(body), decipher.final()]).toString('utf8');
+  }
+
+  private key(id: string): Buffer {
+    const key = this.keys.get(id);
+    if (!key) throw new Error(`no secret encryption key "${id}"`);
+    return key;
+  }
+}
+
+/** A new signing secret: 32 random bytes, prefixed so it is recognisable in leaks. */
+export function newSigningSecret(): string {
+  return `whsec_${randomBytes(32).toString('base64url')}`;
+}

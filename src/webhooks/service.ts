@@ -1,0 +1,187 @@
+import { randomUUID } from 'node:crypto';
+import { create } from '@bufbuild/protobuf';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
+import {
+  WebhookDeliverySchema as DeliveryMessageSchema,
+  WebhookEndpointSchema as EndpointMessageSchema,
+  type CreateWebhookRequest,
+  type DeleteWebhookRequest,
+  type ListWebhooksRequest,
+  type TestWebhookRequest,
+  type WebhookDelivery as DeliveryMessage,
+  type WebhookEndpoint as EndpointMessage,
+  type WebhookService,
+} from '../gen/publishing/v1/webhook_service_pb';
+import { requireCustomer } from '../auth';
+import {
+  OrganizationSchema,
+  WebhookDeliverySchema,
+  WebhookEndpointSchema,
+  decodeCursor,
+  encodeCursor,
+  entityManagerOf,
+  isUuid,
+  pageSizeOf,
+  type EntityManager,
+  type WebhookDelivery,
+  type WebhookEndpoint,
+} from '../db';
+import { apiError } from '../errors';
+import { recentDeliveriesByEndpoint, workflowIdFor, type DeliveryEngine } from '../delivery';
+import { validateEndpointUrl } from './endpoint-url';
+import { normalizeEventNames } from './event-names';
+import { takeDeliveryQuota } from './plans';
+import type { WebhookRateLimiter } from './rate-limit';
+import { SecretBox, newSigningSecret } from './secret-box';
+
+export interface WebhookServiceDeps {
+  secrets: SecretBox;
+  limiter: WebhookRateLimiter;
+  engine: DeliveryEngine;
+  /** CIDRs exempt from the address check of endpoint URLs (tests only). */
+  allowCidrs: string[];
+  now: () => number;
+}
+
+const MAX_DESCRIPTION_LENGTH = 500;
+
+export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
+  constructor(private readonly deps: WebhookServiceDeps) {}
+
+  async listWebhooks(req: ListWebhooksRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const limit = pageSizeOf(req.pageSize);
+    const cursor = decodeCursor(req.pageToken);
+    const endpoints = await em.find(
+      WebhookEndpointSchema,
+      {
+        organizationId: principal.organizationId,
+        ...(cursor ? { $or: [{ createdAt: { $gt: new Date(cursor.at) } }, { createdAt: new Date(cursor.at), id: { $gt: cursor.id } }] } : {}),
+      },
+      { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1, exclude: ['secretCiphertext'] },
+    );
+    const page = endpoints.slice(0, limit);
+    const recent = await recentDeliveriesByEndpoint(em, principal.organizationId, page.map((e) => e.id));
+    const last = page.at(-1);
+    return {
+      endpoints: page.map((e) => endpointMessage(e, recent.get(e.id) ?? [])),
+      nextPageToken: endpoints.length > limit && last ? encodeCursor({ at: last.createdAt.toISOString(), id: last.id }) : '',
+    };
+  }
+
+  async createWebhook(req: CreateWebhookRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const url = validateEndpointUrl(req.url, { allowCidrs: this.deps.allowCidrs });
+    if (!url.ok) throw apiError(url.code as Parameters<typeof apiError>[0], url.message);
+    const description = req.description.trim();
+    if ([...description].length > MAX_DESCRIPTION_LENGTH) {
+      throw apiError('WEBHOOK_DESCRIPTION_TOO_LONG', `The description must be at most ${MAX_DESCRIPTION_LENGTH} characters.`);
+    }
+    const eventNames = normalizeEventNames(req.eventNames);
+    const id = randomUUID();
+    const signingSecret = newSigningSecret();
+    const sealed = this.deps.secrets.seal(signingSecret, id);
+    const endpoint = em.create(WebhookEndpointSchema, {
+      id,
+      organizationId: principal.organizationId,
+      url: url.url,
+      description,
+      eventNames,
+      secretKeyId: sealed.keyId,
+      secretCiphertext: sealed.ciphertext,
+    });
+    await em.flush();
+    return { endpoint: endpointMessage(endpoint, []), signingSecret };
+  }
+
+  async testWebhook(req: TestWebhookRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const decision = await this.deps.limiter.take(principal.organizationId);
+    for (const [name, value] of Object.entries(decision.headers)) ctx.responseHeader.set(name, value);
+
+    const em = entityManagerOf(ctx);
+    const endpoint = await this.endpoint(em, principal.organizationId, req.id);
+    if (endpoint.disabledAt) throw apiError('WEBHOOK_DISABLED', 'This endpoint is disabled; nothing is sent to it.');
+
+    const now = new Date(this.deps.now());
+    const eventId = `evt_${randomUUID().replaceAll('-', '')}`;
+    const ref = { organizationId: principal.organizationId, endpointId: endpoint.id, eventId };
+    const payload = JSON.stringify({
+      id: eventId,
+      type: 'webhook.test',
+      createdAt: now.toISOString(),
+      data: { endpointId: endpoint.id, message: 'This is a test delivery from the publishing platform.' },
+    });
+    const delivery = await em.transactional(async (tx) => {
+      const organization = await tx.findOneOrFail(OrganizationSchema, { id: principal.organizationId });
+      await takeDeliveryQuota(tx, organization, now);
+      return tx.create(WebhookDeliverySchema, {
+        organizationId: principal.organizationId,
+        endpointId: endpoint.id,
+        eventId,
+        eventType: 'webhook.test',
+        payload,
+        status: 'pending',
+        attemptCount: 0,
+        nextAttemptAt: now,
+        workflowId: workflowIdFor(ref),
+      });
+    });
+    await this.deps.engine.start(
+      { deliveryId: delivery.id, ...ref },
+      { eventType: 'webhook.test', targetHost: new URL(endpoint.url).host },
+    );
+    return { delivery: deliveryMessage(delivery) };
+  }
+
+  async deleteWebhook(req: DeleteWebhookRequest, ctx: HandlerContext) {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const endpoint = await this.endpoint(em, principal.organizationId, req.id);
+    if (!endpoint.disabledAt) {
+      endpoint.disabledAt = new Date(this.deps.now());
+      await em.flush();
+    }
+    return { endpoint: endpointMessage(endpoint, []) };
+  }
+
+  private async endpoint(em: EntityManager, organizationId: string, id: string): Promise<WebhookEndpoint> {
+    const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }) : null;
+    if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
+    return endpoint;
+  }
+}
+
+function endpointMessage(e: Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'disabledAt' | 'createdAt'>, recent: WebhookDelivery[]): EndpointMessage {
+  return create(EndpointMessageSchema, {
+    id: e.id,
+    url: e.url,
+    description: e.description,
+    eventNames: e.eventNames,
+    disabled: e.disabledAt !== null && e.disabledAt !== undefined,
+    disabledAt: e.disabledAt ? timestampFromDate(e.disabledAt) : undefined,
+    createdAt: timestampFromDate(e.createdAt),
+    recentDeliveries: recent.map(deliveryMessage),
+  });
+}
+
+export function deliveryMessage(d: WebhookDelivery): DeliveryMessage {
+  return create(DeliveryMessageSchema, {
+    id: d.id,
+    endpointId: d.endpointId,
+    eventId: d.eventId,
+    eventType: d.eventType,
+    status: d.status,
+    attemptCount: d.attemptCount,
+    nextAttemptAt: d.nextAttemptAt ? timestampFromDate(d.nextAttemptAt) : undefined,
+    lastError: d.lastError ?? '',
+    lastResponseStatus: d.lastResponseStatus ?? 0,
+    createdAt: timestampFromDate(d.createdAt),
+    updatedAt: timestampFromDate(d.updatedAt),
+    deliveredAt: d.deliveredAt ? timestampFromDate(d.deliveredAt) : undefined,
+    workflowId: d.workflowId,
+  });
+}

@@ -1,0 +1,153 @@
+import { toJson } from '@bufbuild/protobuf';
+import { Code, ConnectError } from '@connectrpc/connect';
+import { ConnectionService, ListConnectionsResponseSchema } from '../../src/gen/publishing/v1/connection_service_pb';
+import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
+import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { client, rest, type TransportName } from '../support/clients';
+import { connectSandboxAccount } from '../support/destinations';
+
+const RPC_TRANSPORTS: TransportName[] = ['grpc', 'connect', 'grpc-web'];
+
+let t: TestApp;
+let tenant: Tenant;
+beforeAll(async () => {
+  t = await startTestApp();
+  tenant = await t.tenant();
+  await connectSandboxAccount(t.url, tenant.apiKey, 'instagram', 'bakery');
+  await connectSandboxAccount(t.url, tenant.apiKey, 'youtube', 'channel');
+});
+afterAll(async () => {
+  await t.close();
+});
+
+/** The rejection of a call as a ConnectError, with the stable code of its ErrorInfo. */
+async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined; metadata: Record<string, string>; message: string }> {
+  try {
+    await call;
+  } catch (error) {
+    const connectError = ConnectError.from(error);
+    const [info] = connectError.findDetails(ErrorInfoSchema);
+    return { code: connectError.code, reason: info?.reason, metadata: info?.metadata ?? {}, message: connectError.rawMessage };
+  }
+  throw new Error('the call succeeded but a failure was expected');
+}
+
+describe('the same RPC over every transport', () => {
+  it('lists the same connections over gRPC, Connect, gRPC-web and REST', async () => {
+    const viaRest = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey });
+    expect(viaRest.status).toBe(200);
+    expect(viaRest.body.connections).toHaveLength(2);
+    expect(viaRest.body.connections.map((c: { toolkit: string }) => c.toolkit).sort()).toEqual(['instagram', 'youtube']);
+    expect(viaRest.body.connectableToolkits).toEqual(expect.arrayContaining(['instagram', 'youtube']));
+
+    for (const name of RPC_TRANSPORTS) {
+      const response = await client(ConnectionService, t.url, name, tenant.apiKey).listConnections({});
+      expect({ transport: name, json: toJson(ListConnectionsResponseSchema, response) }).toEqual({ transport: name, json: viaRest.body });
+    }
+  });
+
+  it('passes REST query parameters through as request fields', async () => {
+    const viaRest = await rest(t.url, 'GET', '/api/v1/connections?pageSize=1', { apiKey: tenant.apiKey });
+    expect(viaRest.status).toBe(200);
+    expect(viaRest.body.connections).toHaveLength(1);
+    expect(viaRest.body.nextPageToken).toEqual(expect.any(String));
+
+    const viaGrpc = await client(ConnectionService, t.url, 'grpc', tenant.apiKey).listConnections({ pageSize: 1 });
+    expect(toJson(ListConnectionsResponseSchema, viaGrpc)).toEqual(viaRest.body);
+  });
+});
+
+describe('the same failure gives the same code everywhere', () => {
+  it('refuses a gated toolkit with CAPABILITY_UNSUPPORTED (REST 422, gRPC FailedPrecondition)', async () => {
+    const viaRest = await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, body: { toolkit: 'tiktok' } });
+    expect(viaRest.status).toBe(422);
+    expect(viaRest.body).toMatchObject({ code: 'CAPABILITY_UNSUPPORTED', message: expect.stringContaining('TikTok'), details: { toolkit: 'tiktok', status: 'gated' } });
+    expect(viaRest.headers.get('x-request-id')).toEqual(expect.any(String));
+
+    for (const name of RPC_TRANSPORTS) {
+      const failure = await failureOf(client(ConnectionService, t.url, name, tenant.apiKey).startConnection({ toolkit: 'tiktok' }));
+      expect({ transport: name, ...failure }).toMatchObject({
+        transport: name,
+        code: Code.FailedPrecondition,
+        reason: 'CAPABILITY_UNSUPPORTED',
+        metadata: { toolkit: 'tiktok', status: 'gated' },
+        message: viaRest.body.message,
+      });
+    }
+  });
+
+  it('refuses a toolkit missing from the registry with CAPABILITY_UNSUPPORTED', async () => {
+    const viaRest = await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, body: { toolkit: 'mastodon' } });
+    expect(viaRest).toMatchObject({ status: 422, body: { code: 'CAPABILITY_UNSUPPORTED', details: { status: 'not_in_registry' } } });
+    for (const name of RPC_TRANSPORTS) {
+      const failure = await failureOf(client(ConnectionService, t.url, name, tenant.apiKey).startConnection({ toolkit: 'mastodon' }));
+      expect({ transport: name, code: failure.code, reason: failure.reason }).toEqual({
+        transport: name,
+        code: Code.FailedPrecondition,
+        reason: 'CAPABILITY_UNSUPPORTED',
+      });
+    }
+  });
+
+  it('refuses a call without a key with AUTHENTICATION_REQUIRED (401 / Unauthenticated)', async () => {
+    const viaRest = await rest(t.url, 'GET', '/api/v1/connections');
+    expect(viaRest).toMatchObject({ status: 401, body: { code: 'AUTHENTICATION_REQUIRED', message: expect.any(String) } });
+    expect(viaRest.headers.get('x-request-id')).toEqual(expect.any(String));
+
+    for (const name of RPC_TRANSPORTS) {
+      const failure = await failureOf(client(ConnectionService, t.url, name).listConnections({}));
+      expect({ transport: name, code: failure.code, reason: failure.reason }).toEqual({
+        transport: name,
+        code: Code.Unauthenticated,
+        reason: 'AUTHENTICATION_REQUIRED',
+      });
+    }
+  });
+
+  it('refuses a key without connections:manage with SCOPE_MISSING (403 / PermissionDenied)', async () => {
+    const reader = await tenant.colleague('owner', ['connections:read']);
+    const viaRest = await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: reader.apiKey, body: { toolkit: 'instagram' } });
+    expect(viaRest).toMatchObject({ status: 403, body: { code: 'SCOPE_MISSING', message: expect.any(String), details: { scope: 'connections:manage' } } });
+    expect(viaRest.headers.get('x-request-id')).toEqual(expect.any(String));
+
+    for (const name of RPC_TRANSPORTS) {
+      const failure = await failureOf(client(ConnectionService, t.url, name, reader.apiKey).startConnection({ toolkit: 'instagram' }));
+      expect({ transport: name, ...failure }).toMatchObject({
+        transport: name,
+        code: Code.PermissionDenied,
+        reason: 'SCOPE_MISSING',
+        metadata: { scope: 'connections:manage' },
+      });
+    }
+  });
+
+  it('gives every REST error a code, a message and an x-request-id that matches the body', async () => {
+    const failures = [
+      await rest(t.url, 'GET', '/api/v1/connections'),
+      await rest(t.url, 'GET', '/api/v1/nothing-here', { apiKey: tenant.apiKey }),
+      await rest(t.url, 'DELETE', '/api/v1/connections', { apiKey: tenant.apiKey }),
+      await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, rawBody: '{', headers: { 'content-type': 'application/json' } }),
+      await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, body: { toolkit: 'tiktok' } }),
+      await rest(t.url, 'POST', '/api/v1/connections/00000000-0000-4000-8000-000000000000/disable', { apiKey: tenant.apiKey, body: { reason: 'x' } }),
+    ];
+    for (const failure of failures) {
+      expect(failure.status).toBeGreaterThanOrEqual(400);
+      expect(failure.body).toEqual(expect.objectContaining({ code: expect.stringMatching(/^[A-Z_]+$/), message: expect.any(String) }));
+      expect(failure.body.message).not.toBe('');
+      const requestId = failure.headers.get('x-request-id');
+      expect(requestId).toEqual(expect.any(String));
+      expect(failure.body.requestId).toBe(requestId);
+    }
+  });
+
+  it('carries the request id on gRPC errors as well', async () => {
+    try {
+      await client(ConnectionService, t.url, 'grpc').listConnections({});
+      throw new Error('expected a failure');
+    } catch (error) {
+      const connectError = ConnectError.from(error);
+      expect(connectError.code).toBe(Code.Unauthenticated);
+      expect(connectError.metadata.get('x-request-id')).toEqual(expect.any(String));
+    }
+  });
+});
