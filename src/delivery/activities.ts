@@ -10,6 +10,8 @@ import { signedHeaders } from './signing';
 import { deliveriesStopped } from './kill-switch';
 import type { DeliveryRow } from './store';
 
+export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
+
 export interface ActivityDeps {
   orm: MikroORM;
   secrets: SecretBox;
@@ -18,8 +20,8 @@ export interface ActivityDeps {
   now?: () => number;
   /** Production: the contract's 30 s. Only the embedded engine's test configuration shortens it. */
   retryIntervalMs?: number;
-  /** Called after every attempt that reached the network, for metrics. */
-  onAttempt?: (outcome: 'delivered' | 'failed') => void;
+  /** Told what happened to each delivery, for metrics. */
+  onEvent?: (event: DeliveryEvent) => void;
 }
 
 /**
@@ -56,6 +58,7 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
           [reason, new Date(now()), ref.deliveryId],
           'run',
         );
+        deps.onEvent?.('endpoint_gone');
         throw ApplicationFailure.nonRetryable(reason, FAILURE_TYPES.endpointGone);
       }
 
@@ -65,6 +68,7 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
           [new Date(now() + interval), new Date(now()), ref.deliveryId],
           'run',
         );
+        deps.onEvent?.('held');
         return { kind: 'held' };
       }
 
@@ -103,11 +107,11 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
           'run',
         );
         await em.execute('update delivery_attempts set finished_at = ?, response_status = ? where delivery_id = ? and attempt = ?', [at, status, ref.deliveryId, attempt], 'run');
-        deps.onAttempt?.('delivered');
+        deps.onEvent?.('attempt_delivered');
         return { kind: 'delivered', attempt, status: status ?? 200 };
       }
       await recordFailure(attempt, error, status);
-      deps.onAttempt?.('failed');
+      deps.onEvent?.('attempt_failed');
       deps.logger.info({ deliveryId: ref.deliveryId, attempt, error }, 'delivery attempt failed');
       throw ApplicationFailure.retryable(error, FAILURE_TYPES.attemptFailed);
 
@@ -144,6 +148,7 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
           [ref.deliveryId, ref.organizationId, ref.endpointId, updated[0]?.last_error ?? null, at],
           'run',
         );
+        deps.onEvent?.('dead_lettered');
       });
     },
   };

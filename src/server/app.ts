@@ -30,6 +30,7 @@ import { createListener, type Listener, type RequestHandler } from './listener';
 import { RestGateway, sendError, writeJson } from './gateway';
 import { createRequestContextInterceptor } from './request-context';
 import { HealthService, databaseReady } from './health';
+import { Metrics } from './metrics';
 
 /** Where the provider returns the browser; the page shows what to send to /connections/complete. */
 const CALLBACK_PATH = '/connections/callback';
@@ -135,8 +136,11 @@ export async function start(options: BuildOptions): Promise<App> {
     logger,
     now,
     retryIntervalMs: config.delivery.retryIntervalMs,
+    onEvent: (event) => metrics.observeDelivery(event),
   });
   const delivery = await deliveryEngineFor(config, { orm, activities, logger, now });
+  const embedded = delivery.embedded;
+  const metrics = new Metrics({ orm, deliveryLagSeconds: embedded ? () => embedded.lagSeconds() : null });
   const webhooks = new WebhookServiceImpl({
     secrets,
     limiter: new WebhookRateLimiter(limiterPool),
@@ -156,7 +160,7 @@ export async function start(options: BuildOptions): Promise<App> {
 
   const routerOptions = {
     interceptors: [
-      createRequestContextInterceptor(orm, logger),
+      createRequestContextInterceptor(orm, logger, metrics.observeCall),
       createAuthInterceptor({
         operatorToken: config.operatorToken,
         openServices: [Health.typeName],
@@ -182,6 +186,19 @@ export async function start(options: BuildOptions): Promise<App> {
     if (path === '/readyz') {
       void databaseReady(orm).then((ready) =>
         writeJson(res, ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'database unreachable' })),
+      );
+      return;
+    }
+    if (path === '/metrics') {
+      void metrics.registry.metrics().then(
+        (text) => {
+          (res as import('node:http').ServerResponse).writeHead(200, { 'content-type': metrics.registry.contentType });
+          res.end(text);
+        },
+        (error: unknown) => {
+          logger.error({ err: error }, 'metrics collection failed');
+          sendError(res, 'INTERNAL', 'Metrics are unavailable.', randomUUID());
+        },
       );
       return;
     }
