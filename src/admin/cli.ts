@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
 import { createLogger } from '../config/logger';
 import { openDatabase, migrate, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
+import { SecretBox, rotateSigningSecrets } from '../webhooks';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 
 const USAGE = `usage: npm run admin -- <command> [options] [--json]
@@ -12,6 +13,8 @@ const USAGE = `usage: npm run admin -- <command> [options] [--json]
   create-key   --org ID --user ID --scopes a,b [--name NAME]
                scopes: ${PERMISSIONS.join(', ')}
   revoke-key   --key ID
+  rotate-secrets                              re-encrypt webhook signing secrets under the first
+                                              key of SECRET_ENCRYPTION_KEYS (the others must still be listed)
 `;
 
 class UsageError extends Error {}
@@ -72,6 +75,12 @@ async function run(command: string, values: Record<string, string | boolean | un
       const revoked = await revokeApiKey(em, needId(values, 'key'));
       if (!revoked) throw new UsageError('no such key, or it was already revoked');
       return { keyId: values.key, revoked: true };
+    }
+    case 'rotate-secrets': {
+      const config = loadConfig();
+      const secrets = new SecretBox(config.secretKeys, config.currentSecretKeyId);
+      const rotated = await rotateSigningSecrets(em, secrets);
+      return { currentKeyId: secrets.currentKeyId, rotated };
     }
     case 'bootstrap': {
       const org = await createOrganization(em, { name: 'Development', plan: 'scale' });

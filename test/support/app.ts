@@ -34,8 +34,13 @@ export const TEST_ENV: Record<string, string> = {
 };
 
 /** A real listener on a free port over a database of its own. */
-export async function startTestApp(env: Record<string, string> = {}, options: { now?: () => number } = {}): Promise<TestApp> {
-  const database = await createTestDatabase();
+export async function startTestApp(
+  env: Record<string, string> = {},
+  options: { now?: () => number; /** Reuse this database (kept on close) instead of a fresh one. */ databaseUrl?: string } = {},
+): Promise<TestApp> {
+  const database = options.databaseUrl
+    ? { url: options.databaseUrl, drop: async () => undefined }
+    : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
   const orm = await openDatabase(database.url, { pool: { min: 0, max: 10 } });
   const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });

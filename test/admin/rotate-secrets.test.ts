@@ -1,0 +1,67 @@
+import { spawnSync } from 'node:child_process';
+import { createHmac, randomBytes } from 'node:crypto';
+import path from 'node:path';
+import { startTestApp, type TestApp } from '../support/app';
+import { rest } from '../support/clients';
+import { makeTestTls } from '../support/tls';
+import { startHttpsReceiver } from '../support/https-receiver';
+
+const ROOT = path.resolve(__dirname, '../..');
+const OLD = `k1:${randomBytes(32).toString('base64')}`;
+const NEW = `k2:${randomBytes(32).toString('base64')}`;
+
+describe('rotating the key that encrypts signing secrets', () => {
+  let before: TestApp | undefined;
+  let after: TestApp | undefined;
+  afterAll(async () => {
+    await after?.close();
+  });
+
+  it('re-encrypts every secret under the new key while both keys are listed, and deliveries keep their signature', async () => {
+    const tls = await makeTestTls();
+    const env = { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '50' };
+    before = await startTestApp({ ...env, SECRET_ENCRYPTION_KEYS: OLD });
+    const receiver = await startHttpsReceiver({ tls });
+    const tenant = await before.tenant();
+    const created = await Promise.all(
+      [1, 2, 3].map(() => rest(before!.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/in` } })),
+    );
+    const databaseUrl = before.databaseUrl;
+    const stored = await before.orm.em.fork().execute<{ secret_key_id: string }[]>('select secret_key_id from webhook_endpoints');
+    expect(stored.map((r) => r.secret_key_id)).toEqual(['k1', 'k1', 'k1']);
+    // The database stays; only the app goes, so the next one can run with the rotated keys.
+    await before.app.close();
+    before.app.close = async () => undefined;
+
+    const run = spawnSync(process.execPath, [require.resolve('tsx/cli'), 'src/admin/cli.ts', 'rotate-secrets', '--json'], {
+      cwd: ROOT,
+      env: { ...process.env, NODE_ENV: 'test', DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: `${NEW},${OLD}` },
+      encoding: 'utf8',
+    });
+    expect(run.status).toBe(0);
+    expect(JSON.parse(run.stdout)).toEqual({ currentKeyId: 'k2', rotated: 3 });
+
+    after = await startTestApp({ ...env, SECRET_ENCRYPTION_KEYS: NEW }, { databaseUrl });
+    const rotated = await after.orm.em.fork().execute<{ secret_key_id: string }[]>('select secret_key_id from webhook_endpoints');
+    expect(rotated.map((r) => r.secret_key_id)).toEqual(['k2', 'k2', 'k2']);
+
+    // Only the new key is configured now, and the old secret still signs the delivery.
+    const first = created[0]!.body;
+    const test = await rest(after.url, 'POST', `/api/v1/webhooks/${first.endpoint.id}/test`, { apiKey: tenant.apiKey });
+    expect(test.status).toBe(200);
+    const [request] = await receiver.waitForRequests(1, 5000);
+    const ts = request!.headers['x-service-timestamp'] as string;
+    expect(request!.headers['x-service-signature']).toBe(createHmac('sha256', first.signingSecret).update(`${ts}.${request!.rawBody}`).digest('hex'));
+
+    const again = spawnSync(process.execPath, [require.resolve('tsx/cli'), 'src/admin/cli.ts', 'rotate-secrets', '--json'], {
+      cwd: ROOT,
+      env: { ...process.env, NODE_ENV: 'test', DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: NEW },
+      encoding: 'utf8',
+    });
+    expect(JSON.parse(again.stdout)).toEqual({ currentKeyId: 'k2', rotated: 0 });
+    await receiver.close();
+    await after.close();
+    await before.close();
+    after = undefined;
+  });
+});
