@@ -25,7 +25,7 @@ fi
 
 # Generated code: regenerate when any proto or the generator config is newer.
 gen_stamp="$root/src/gen/.stamp"
-if [ ! -f "$gen_stamp" ] || [ -n "$(find "$root/proto" "$root/buf.gen.yaml" "$root/buf.yaml" -newer "$gen_stamp" -print -quit)" ]; then
+if [ ! -f "$gen_stamp" ] || [ -n "$(find "$root/proto" "$root/third_party/proto" "$root/buf.gen.yaml" "$root/buf.yaml" -newer "$gen_stamp" -print -quit)" ]; then
   (cd "$root" && npm run --silent generate >&2)
   touch "$gen_stamp"
 fi

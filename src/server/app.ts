@@ -30,6 +30,7 @@ import { createListener, type Listener, type RequestHandler } from './listener';
 import { RestGateway, sendError, writeJson } from './gateway';
 import { createRequestContextInterceptor } from './request-context';
 import { HealthService, databaseReady } from './health';
+import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { Metrics } from './metrics';
 
 /** Where the provider returns the browser; the page shows what to send to /connections/complete. */
@@ -150,12 +151,16 @@ export async function start(options: BuildOptions): Promise<App> {
   });
   const operator = new OperatorServiceImpl({ now, onDeliveriesReleased: () => delivery.embedded?.wake() });
 
+  const [ReflectionV1, ReflectionV1alpha] = REFLECTION_SERVICES;
+  const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, OperatorService, ...REFLECTION_SERVICES]);
   const routes = (router: ConnectRouter) => {
     router.service(Health, new HealthService(orm, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
     router.service(ConnectionService, connections);
     router.service(WebhookService, webhooks);
     router.service(PostService, posts);
     router.service(OperatorService, operator);
+    router.service(ReflectionV1, reflection.v1);
+    router.service(ReflectionV1alpha, reflection.v1alpha);
   };
 
   const routerOptions = {
@@ -163,7 +168,9 @@ export async function start(options: BuildOptions): Promise<App> {
       createRequestContextInterceptor(orm, logger, metrics.observeCall),
       createAuthInterceptor({
         operatorToken: config.operatorToken,
-        openServices: [Health.typeName],
+        // Reflection is open like Health: it answers only with the schema (the public
+        // proto/ API, nothing tenant-specific), so tools can discover it without a key.
+        openServices: [Health.typeName, ...REFLECTION_SERVICES.map((s) => s.typeName)],
         operatorServices: [OperatorService.typeName],
       }),
       createAuditInterceptor(logger),
