@@ -32,6 +32,7 @@ import { createRequestContextInterceptor } from './request-context';
 import { HealthService, databaseReady } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { Metrics } from './metrics';
+import { openApiDocument } from './openapi-route';
 
 /** Where the provider returns the browser; the page shows what to send to /connections/complete. */
 const CALLBACK_PATH = '/connections/callback';
@@ -211,6 +212,14 @@ export async function start(options: BuildOptions): Promise<App> {
     }
     if (path === CALLBACK_PATH) return void showCallback(req.url ?? '/', res);
     if (sandbox && sandbox.handle(req as never, res as never)) return;
+    if (path === '/api/v1/openapi.json' && req.method === 'GET') {
+      try {
+        return writeJson(res, 200, openApiDocument());
+      } catch (error) {
+        logger.error({ err: error }, 'openapi.json unavailable');
+        return sendError(res, 'INTERNAL', 'The API description is unavailable.', randomUUID());
+      }
+    }
     if (path === '/api/v1' || path.startsWith('/api/v1/')) {
       const requestId = randomUUID();
       gateway.handle(req, res, requestId).catch((error: unknown) => {
