@@ -156,16 +156,20 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     if (attempt.destinationId) {
       destination = await this.destination(em, principal, attempt.destinationId);
       const changed = destination.accountId !== identity.accountId;
+      const wasDisconnected = destination.status === 'disconnected';
       assignIdentity(destination, identity, req.connectedAccountId);
+      if (wasDisconnected) {
+        // A reconnect ends the disable either way; the reason stays in the audit trail.
+        destination.disconnectedAt = null;
+        destination.disableReason = null;
+      }
       if (changed) {
         // A different account behind the same destination must be re-reviewed before anything is published.
         destination.status = 'held';
         destination.verifiedAt = null;
         heldPosts = await holdScheduledPosts(em, destination.id, 'account_changed', new Date(now));
-      } else if (destination.status === 'disconnected') {
+      } else if (wasDisconnected) {
         destination.status = 'connected';
-        destination.disconnectedAt = null;
-        destination.disableReason = null;
       }
     } else {
       destination = em.create(DestinationSchema, {
@@ -185,6 +189,8 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
       await em.flush();
     } catch (error) {
       if (isUniqueViolation(error, 'destinations_account_unique')) {
+        // A concurrent completion won the race; this transaction is aborted, so a fresh fork reads whose it is.
+        await this.refuseIfRegisteredElsewhere(em.fork(), principal, toolkit, identity, attempt.destinationId ?? null);
         throw apiError('ACCOUNT_REGISTERED_ELSEWHERE', 'This account is already connected.', { cause: error });
       }
       throw error;
