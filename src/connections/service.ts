@@ -210,7 +210,11 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     if (destination.status === 'disconnected') {
       throw apiError('CONNECTION_DISCONNECTED', 'This connection is disabled; reconnect it before confirming.');
     }
-    const changed = destination.confirmedAccountId !== null && destination.confirmedAccountId !== destination.accountId;
+    // "Held" means a reconnect brought a different account, whether or not the first one
+    // was ever confirmed; either way a new identity needs an owner or admin.
+    const changed =
+      destination.status === 'held' ||
+      (destination.confirmedAccountId !== null && destination.confirmedAccountId !== destination.accountId);
     if (changed && !canConfirmChangedAccount(principal.role)) {
       throw apiError('OWNER_OR_ADMIN_REQUIRED', 'The account differs from the one confirmed before; an owner or admin must confirm it.', {
         metadata: { previousAccountId: destination.confirmedAccountId ?? '', accountId: destination.accountId },
@@ -235,7 +239,8 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     }
     const destination = await this.destination(em, principal, req.id);
     let heldPosts = 0;
-    if (destination.status !== 'disconnected') {
+    const alreadyDisabled = destination.status === 'disconnected';
+    if (!alreadyDisabled) {
       const now = new Date(this.deps.now());
       destination.status = 'disconnected';
       destination.disconnectedAt = now;
@@ -243,7 +248,8 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
       heldPosts = await holdScheduledPosts(em, destination.id, 'connection_disabled', now);
       await em.flush();
     }
-    noteAuditTarget(ctx, destination.id, { reason, heldPosts });
+    // A repeated disable changes nothing; the audit says so rather than recording a reason that was not stored.
+    noteAuditTarget(ctx, destination.id, alreadyDisabled ? { alreadyDisabled, reason: destination.disableReason } : { reason, heldPosts });
     return { connection: toMessage(destination), heldPosts };
   }
 

@@ -67,7 +67,8 @@ export class SandboxProvider implements ConnectionProvider {
     const state = url.searchParams.get('state') ?? '';
     const callback = url.searchParams.get('callback') ?? '';
     const accounts = SANDBOX_ACCOUNTS[toolkit];
-    if (!accounts || !state || !/^https?:\/\//.test(callback)) {
+    // Only our own callback: the consent page must not redirect a browser anywhere it is told.
+    if (!accounts || !state || !callback.startsWith(`${this.publicUrl}/`)) {
       res.writeHead(400, { 'content-type': 'text/plain; charset=utf-8' });
       res.end('The sandbox consent link is incomplete: toolkit, state and callback are required.');
       return true;

@@ -1,0 +1,39 @@
+import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { TRANSPORTS, connectionsApi, connectThroughSandbox, expectRefusal, forgetConnections } from './flow-helpers';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(async () => t.close());
+
+describe.each(TRANSPORTS)('a changed account over %s', (transport) => {
+  let tenant: Tenant;
+  beforeEach(async () => {
+    tenant = await t.tenant();
+    await forgetConnections(t);
+  });
+
+  it('needs an owner or admin even when the first account was never confirmed', async () => {
+    const api = connectionsApi(t, transport);
+    const member = await tenant.colleague('member');
+    const first = await connectThroughSandbox(t, api, member.apiKey, 'youtube', 'channel');
+    const id = first.connection!.id;
+    const reconnected = await connectThroughSandbox(t, api, member.apiKey, 'youtube', 'channel2', { connectionId: id });
+    expect(reconnected.connection!.status).toBe('held');
+    await expectRefusal(api.confirm(member.apiKey, id, true), 'OWNER_OR_ADMIN_REQUIRED');
+    const confirmed = await api.confirm(tenant.apiKey, id, true);
+    expect(confirmed.connection!.status).toBe('verified');
+    expect(confirmed.connection!.confirmedAccountId).toBe('UCsandbox000000000000002');
+  });
+});
+
+describe('the sandbox consent page', () => {
+  it('refuses to send the browser to a callback that is not this service', async () => {
+    const page = new URL('/sandbox/consent/approve', t.url);
+    page.search = new URLSearchParams({ toolkit: 'instagram', state: 'v1.x.y', callback: 'https://evil.example/steal', account: 'bakery' }).toString();
+    const res = await fetch(page, { redirect: 'manual' });
+    expect(res.status).toBe(400);
+    expect(res.headers.get('location')).toBeNull();
+  });
+});
