@@ -9,8 +9,11 @@ export interface Config {
   env: 'development' | 'test' | 'production';
   port: number;
   host: string;
-  /** Public base URL of this service, used to build the sandbox provider's callback and consent URLs. */
-  publicUrl: string;
+  /**
+   * Public base URL of this service, for the sandbox consent page and the OAuth callback.
+   * Null when PUBLIC_URL is unset: the app then uses http://localhost:<the port it bound>.
+   */
+  publicUrl: string | null;
   /** Empty in development means: local PostgreSQL if it answers, else embedded PGlite. */
   databaseUrl: string;
   logLevel: string;
@@ -95,8 +98,8 @@ export function loadConfig(env: Env = process.env): Config {
 
   const port = int('PORT', 8080, 0, 65535);
   const host = env.HOST || (production ? '0.0.0.0' : '127.0.0.1');
-  const publicUrl = env.PUBLIC_URL || `http://localhost:${port}`;
-  if (!/^https?:\/\//.test(publicUrl)) problems.push('PUBLIC_URL must be an http(s) URL');
+  const publicUrl = env.PUBLIC_URL || null;
+  if (publicUrl !== null && !/^https?:\/\//.test(publicUrl)) problems.push('PUBLIC_URL must be an http(s) URL');
 
   const databaseUrl = env.DATABASE_URL ?? '';
   if (production && !databaseUrl) problems.push('DATABASE_URL must be set in production');
@@ -167,7 +170,7 @@ export function loadConfig(env: Env = process.env): Config {
     env: nodeEnv,
     port,
     host,
-    publicUrl: publicUrl.replace(/\/+$/, ''),
+    publicUrl: publicUrl?.replace(/\/+$/, '') ?? null,
     databaseUrl,
     logLevel: env.LOG_LEVEL || (nodeEnv === 'test' ? 'silent' : 'info'),
     maxBodyBytes: int('MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),

@@ -35,8 +35,8 @@ import { ProviderError, type AccountIdentity, type ConnectionProvider, type Prov
 export interface ConnectionServiceDeps {
   provider: ConnectionProvider;
   signer: StateSigner;
-  /** Where the provider returns the browser after consent. */
-  callbackUrl: string;
+  /** Where the provider returns the browser after consent (read on use). */
+  callbackUrl: () => string;
   now: () => number;
 }
 
@@ -120,7 +120,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
       expiresAt: expiresAt.getTime(),
     });
     const link = await this.callProvider(() =>
-      this.deps.provider.createLink({ toolkit: toolkit.slug, userId: providerUserId(principal), callbackUrl: this.deps.callbackUrl, state }),
+      this.deps.provider.createLink({ toolkit: toolkit.slug, userId: providerUserId(principal), callbackUrl: this.deps.callbackUrl(), state }),
     );
     return { redirectUrl: link.redirectUrl, state, expiresAt: timestampFromDate(expiresAt) };
   }

@@ -110,7 +110,9 @@ export async function start(options: BuildOptions): Promise<App> {
   if (ownsOrm) await migrate(orm);
 
   const now = options.now ?? Date.now;
-  const sandbox = config.provider.kind === 'sandbox' ? new SandboxProvider(config.publicUrl) : null;
+  // Filled in once the listener is bound when PUBLIC_URL is unset (port 0 picks the port then).
+  let publicUrl = config.publicUrl ?? `http://localhost:${config.port}`;
+  const sandbox = config.provider.kind === 'sandbox' ? new SandboxProvider(() => publicUrl) : null;
   const provider =
     config.provider.kind === 'composio'
       ? new ComposioProvider({ baseUrl: config.provider.baseUrl, apiKey: config.provider.apiKey, authConfigIds: config.provider.authConfigIds })
@@ -118,7 +120,7 @@ export async function start(options: BuildOptions): Promise<App> {
   const connections = new ConnectionServiceImpl({
     provider,
     signer: new StateSigner(config.stateSigningKey),
-    callbackUrl: `${config.publicUrl}${CALLBACK_PATH}`,
+    callbackUrl: () => `${publicUrl}${CALLBACK_PATH}`,
     now,
   });
   const posts = new PostServiceImpl(now);
@@ -238,6 +240,7 @@ export async function start(options: BuildOptions): Promise<App> {
   });
   const port = (listener.server.address() as AddressInfo).port;
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+  if (config.publicUrl === null) publicUrl = `http://localhost:${port}`;
   logger.info({ url }, 'listening');
 
   return {

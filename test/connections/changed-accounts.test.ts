@@ -37,3 +37,16 @@ describe('the sandbox consent page', () => {
     expect(res.headers.get('location')).toBeNull();
   });
 });
+
+describe('links the service hands out', () => {
+  it('point at the port the listener bound when PUBLIC_URL is unset', async () => {
+    const tenant = await t.tenant();
+    const api = connectionsApi(t, 'rest');
+    const started = await api.start(tenant.apiKey, { toolkit: 'linkedin' });
+    const redirect = new URL(started.redirectUrl);
+    expect(redirect.port).toBe(String(t.app.port));
+    expect(new URL(redirect.searchParams.get('callback') ?? '').port).toBe(String(t.app.port));
+    const consent = await fetch(started.redirectUrl);
+    expect(consent.status).toBe(200);
+  });
+});

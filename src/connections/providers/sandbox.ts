@@ -36,7 +36,12 @@ function refOf(toolkit: string, key: string): string {
 export class SandboxProvider implements ConnectionProvider {
   readonly name = 'sandbox';
 
-  constructor(private readonly publicUrl: string) {}
+  /** `publicUrl` is read on use: with port 0 it is known only once the listener is bound. */
+  constructor(private readonly publicUrlOf: () => string) {}
+
+  private get publicUrl(): string {
+    return this.publicUrlOf();
+  }
 
   async createLink(request: LinkRequest): Promise<Link> {
     const url = new URL(SANDBOX_PATH, this.publicUrl);
