@@ -73,10 +73,11 @@ export async function queryAuditEvents(em: EntityManager, query: AuditQuery): Pr
   filter('occurred_at < ?', query.until);
   filter('id < ?', query.beforeId);
   params.push(query.limit);
+  // Order by the bigint column: a bare "id" would name the id::text output column and sort "99" above "230".
   return em.execute<AuditEventRow[]>(
     `select id::text, occurred_at, organization_id, actor_user_id, api_key_id, action, target_id, outcome, reason, request_id, details
        from audit_events ${where.length ? `where ${where.join(' and ')}` : ''}
-      order by id desc limit ?`,
+      order by audit_events.id desc limit ?`,
     params,
   );
 }

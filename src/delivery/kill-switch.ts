@@ -19,12 +19,13 @@ export async function deliveriesStopped(em: EntityManager, organizationId: strin
 }
 
 export async function readKillSwitch(em: EntityManager, scope: string): Promise<KillSwitchState> {
-  const [row] = await em.execute<{ scope: string; enabled: boolean; reason: string; updated_at: Date }[]>(
+  const [row] = await em.execute<{ scope: string; enabled: boolean; reason: string; updated_at: Date | string }[]>(
     'select scope, enabled, reason, updated_at from kill_switches where scope = ?',
     [scope],
   );
+  // Raw queries may hand timestamptz back as a string; callers rely on a Date.
   return row
-    ? { scope: row.scope, enabled: row.enabled, reason: row.reason, updatedAt: row.updated_at }
+    ? { scope: row.scope, enabled: row.enabled, reason: row.reason, updatedAt: new Date(row.updated_at) }
     : { scope, enabled: false, reason: '', updatedAt: null };
 }
 

@@ -1,0 +1,384 @@
+/**
+ * The operator CLI: `npm run operator -- <command>`. A client of the operator service
+ * (publishing.operator.v1.OperatorService) over Connect, at OPERATOR_URL with the
+ * operator credential (OPERATOR_TOKEN, else the configuration's development default).
+ * It never takes a customer API key.
+ *
+ * Exit codes: 0 done, 1 the service refused or could not be reached (the stable code,
+ * i.e. the ErrorInfo reason, and the message go to stderr), 2 bad usage (nothing is sent).
+ */
+import { parseArgs } from 'node:util';
+import { toJson, type DescMessage, type MessageShape } from '@bufbuild/protobuf';
+import { timestampDate, timestampFromDate, type Timestamp } from '@bufbuild/protobuf/wkt';
+import { Code, ConnectError, createClient, type Client, type Interceptor } from '@connectrpc/connect';
+import { createConnectTransport } from '@connectrpc/connect-node';
+import { loadConfig } from '../config';
+import { isUuid } from '../db/ids';
+import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
+import {
+  AuditEventSchema,
+  DeadLetterSchema,
+  KillSwitchSchema,
+  OperatorService,
+  SetDeliveryQuotaResponseSchema,
+  type AuditEvent,
+  type DeadLetter,
+  type KillSwitch,
+} from '../gen/publishing/operator/v1/operator_service_pb';
+
+const USAGE = `usage: npm run operator -- <command> [options] [--json]
+
+  kill-switch get  [--org ID]                 read a switch (the global one without --org)
+  kill-switch on   --reason TEXT [--org ID]   stop deliveries (of one organization, or of everyone)
+  kill-switch off  [--org ID]                 let held deliveries go out again
+  dead-letters     [--org ID] [--endpoint ID] [--since ISO] [--until ISO] [--limit N]
+  audit            [--org ID] [--action NAME] [--since ISO] [--until ISO] [--limit N]
+  set-quota        --org ID --monthly N       monthly deliveries of an enterprise organization
+
+  Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
+  --until exclusive; ISO 8601 dates or times (no offset means UTC).
+  --json prints proto3 JSON (lists as an array) for scripts.
+
+environment:
+  OPERATOR_URL    the service (default http://localhost:8080)
+  OPERATOR_TOKEN  the operator credential (default: the development token); never a customer API key
+`;
+
+const DEFAULT_LIMIT = 50;
+const MAX_LIMIT = 10_000;
+/** The service's largest page. */
+const MAX_PAGE_SIZE = 200;
+const DEFAULT_URL = 'http://localhost:8080';
+const TIMEOUT_MS = 30_000;
+
+class UsageError extends Error {}
+
+type Values = ReturnType<typeof parseCommandLine>['values'];
+type OperatorClient = Client<typeof OperatorService>;
+
+interface Output {
+  /** What --json prints. */
+  json: unknown;
+  /** What people read. */
+  text: string;
+}
+
+function parseCommandLine(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      json: { type: 'boolean' },
+      help: { type: 'boolean' },
+      org: { type: 'string' },
+      reason: { type: 'string' },
+      endpoint: { type: 'string' },
+      action: { type: 'string' },
+      since: { type: 'string' },
+      until: { type: 'string' },
+      limit: { type: 'string' },
+      monthly: { type: 'string' },
+    },
+  });
+}
+
+/** Options each command takes besides --json and --help; anything else is a usage mistake. */
+const COMMANDS: Record<string, readonly string[]> = {
+  'kill-switch get': ['org'],
+  'kill-switch on': ['org', 'reason'],
+  'kill-switch off': ['org', 'reason'],
+  'dead-letters': ['org', 'endpoint', 'since', 'until', 'limit'],
+  audit: ['org', 'action', 'since', 'until', 'limit'],
+  'set-quota': ['org', 'monthly'],
+};
+
+function commandOf(positionals: string[]): string {
+  const [first, second, ...rest] = positionals;
+  if (first === 'kill-switch') {
+    if (!second) throw new UsageError('kill-switch needs get, on or off');
+    if (!['get', 'on', 'off'].includes(second)) throw new UsageError(`unknown kill-switch command "${second}" (get, on or off)`);
+    if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"`);
+    return `kill-switch ${second}`;
+  }
+  if (!first) throw new UsageError('a command is required');
+  if (!Object.hasOwn(COMMANDS, first) || first.startsWith('kill-switch')) throw new UsageError(`unknown command "${first}"`);
+  if (second !== undefined) throw new UsageError(`unexpected argument "${second}"`);
+  return first;
+}
+
+function checkOptions(command: string, values: Values): void {
+  const allowed = COMMANDS[command] ?? [];
+  for (const [name, value] of Object.entries(values)) {
+    if (value === undefined || name === 'json' || name === 'help') continue;
+    if (!allowed.includes(name)) throw new UsageError(`${command} takes no --${name}`);
+  }
+}
+
+function text(values: Values, name: 'org' | 'reason' | 'endpoint' | 'action' | 'since' | 'until' | 'limit' | 'monthly'): string | undefined {
+  const value = values[name];
+  if (value === undefined) return undefined;
+  if (value.trim() === '') throw new UsageError(`--${name} must not be empty`);
+  return value.trim();
+}
+
+function need(values: Values, name: 'org' | 'endpoint' | 'reason' | 'monthly'): string {
+  const value = text(values, name);
+  if (value === undefined) throw new UsageError(`--${name} is required`);
+  return value;
+}
+
+/** Ids are uuids; the CLI says so rather than letting the service answer "not found" or an empty list. */
+function id(values: Values, name: 'org' | 'endpoint', required = false): string {
+  const value = required ? need(values, name) : text(values, name);
+  if (value === undefined) return '';
+  if (!isUuid(value)) throw new UsageError(`--${name} must be an id (uuid), got "${value}"`);
+  return value.toLowerCase();
+}
+
+const ISO = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/i;
+
+function instant(values: Values, name: 'since' | 'until'): Timestamp | undefined {
+  const value = text(values, name);
+  if (value === undefined) return undefined;
+  const match = ISO.exec(value);
+  // A time without an offset would otherwise be read in the machine's time zone.
+  const normalised = match && value.length > 10 && !match[1] ? `${value}Z` : value;
+  const at = match ? new Date(normalised.replace(' ', 'T')) : new Date(NaN);
+  const invalid = Number.isNaN(at.getTime());
+  // Date takes 2026-02-30 for March 2nd; a day that does not exist is a typo (checked where the day is UTC's).
+  const utc = !match?.[1] || match[1].toUpperCase() === 'Z';
+  if (invalid || (utc && at.toISOString().slice(0, 10) !== value.slice(0, 10))) {
+    throw new UsageError(`--${name} must be an ISO 8601 date or time, got "${value}"`);
+  }
+  return timestampFromDate(at);
+}
+
+function range(values: Values): { since?: Timestamp; until?: Timestamp } {
+  const since = instant(values, 'since');
+  const until = instant(values, 'until');
+  if (since && until && timestampDate(since) >= timestampDate(until)) throw new UsageError('--since must be before --until');
+  return { since, until };
+}
+
+function limit(values: Values): number {
+  const value = text(values, 'limit');
+  if (value === undefined) return DEFAULT_LIMIT;
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > MAX_LIMIT) {
+    throw new UsageError(`--limit must be a whole number from 1 to ${MAX_LIMIT}, got "${value}"`);
+  }
+  return Number(value);
+}
+
+function monthly(values: Values): bigint {
+  const value = need(values, 'monthly');
+  if (!/^\d{1,18}$/.test(value)) throw new UsageError(`--monthly must be a whole number of deliveries (0 or more), got "${value}"`);
+  return BigInt(value);
+}
+
+/** Reads pages until `wanted` items or the last page. */
+async function collect<T>(wanted: number, page: (pageSize: number, pageToken: string) => Promise<{ items: T[]; next: string }>): Promise<T[]> {
+  const items: T[] = [];
+  let token = '';
+  do {
+    const answer = await page(Math.min(MAX_PAGE_SIZE, wanted - items.length), token);
+    items.push(...answer.items.slice(0, wanted - items.length));
+    token = answer.next;
+  } while (token && items.length < wanted);
+  return items;
+}
+
+function json<S extends DescMessage>(schema: S, message: MessageShape<S>): unknown {
+  return toJson(schema, message, { alwaysEmitImplicit: true });
+}
+
+function when(timestamp: Timestamp | undefined): string {
+  return timestamp ? timestampDate(timestamp).toISOString() : '-';
+}
+
+function killSwitchOutput(killSwitch: KillSwitch | undefined): Output {
+  if (!killSwitch) throw new Error('the service answered without a kill switch');
+  const scope = killSwitch.organizationId ? `organization ${killSwitch.organizationId}` : 'global';
+  const lines = [`kill switch (${scope}): ${killSwitch.enabled ? 'ON, deliveries are held' : 'off'}`];
+  if (killSwitch.reason) lines.push(`reason: ${killSwitch.reason}`);
+  lines.push(`updated: ${killSwitch.updatedAt ? when(killSwitch.updatedAt) : 'never set'}`);
+  return { json: json(KillSwitchSchema, killSwitch), text: `${lines.join('\n')}\n` };
+}
+
+function deadLettersOutput(deadLetters: DeadLetter[]): Output {
+  const text = deadLetters.length
+    ? deadLetters
+        .map((d) =>
+          [
+            `${when(d.deadLetteredAt)}  delivery ${d.deliveryId}  ${d.eventType} ${d.eventId}  attempts ${d.attemptCount}`,
+            `    organization ${d.organizationId}  endpoint ${d.endpointId}`,
+            `    workflow ${d.workflowId}`,
+            `    last error: ${d.lastError || '-'}`,
+          ].join('\n'),
+        )
+        .join('\n')
+    : 'no dead letters';
+  return { json: deadLetters.map((d) => json(DeadLetterSchema, d)), text: `${text}\n` };
+}
+
+function auditOutput(events: AuditEvent[]): Output {
+  const field = (name: string, value: string) => (value ? `  ${name} ${value}` : '');
+  const text = events.length
+    ? events
+        .map(
+          (e) =>
+            `${when(e.occurredAt)}  #${e.id}  ${e.action}  ${e.outcome}${field('reason', e.reason)}` +
+            `${field('org', e.organizationId)}${field('user', e.actorUserId)}${field('key', e.apiKeyId)}` +
+            `${field('target', e.targetId)}${field('request', e.requestId)}`,
+        )
+        .join('\n')
+    : 'no audit events';
+  return { json: events.map((e) => json(AuditEventSchema, e)), text: `${text}\n` };
+}
+
+async function run(command: string, values: Values, operator: OperatorClient): Promise<Output> {
+  switch (command) {
+    case 'kill-switch get': {
+      const answer = await operator.getKillSwitch({ organizationId: id(values, 'org') });
+      return killSwitchOutput(answer.killSwitch);
+    }
+    case 'kill-switch on':
+    case 'kill-switch off': {
+      const enabled = command === 'kill-switch on';
+      const reason = enabled ? need(values, 'reason') : (text(values, 'reason') ?? '');
+      const answer = await operator.setKillSwitch({ organizationId: id(values, 'org'), enabled, reason });
+      return killSwitchOutput(answer.killSwitch);
+    }
+    case 'dead-letters': {
+      const filter = { organizationId: id(values, 'org'), endpointId: id(values, 'endpoint'), ...range(values) };
+      const deadLetters = await collect(limit(values), async (pageSize, pageToken) => {
+        const answer = await operator.listDeadLetters({ ...filter, pageSize, pageToken });
+        return { items: answer.deadLetters, next: answer.nextPageToken };
+      });
+      return deadLettersOutput(deadLetters);
+    }
+    case 'audit': {
+      const filter = { organizationId: id(values, 'org'), action: text(values, 'action') ?? '', ...range(values) };
+      const events = await collect(limit(values), async (pageSize, pageToken) => {
+        const answer = await operator.queryAuditEvents({ ...filter, pageSize, pageToken });
+        return { items: answer.events, next: answer.nextPageToken };
+      });
+      return auditOutput(events);
+    }
+    case 'set-quota': {
+      const organizationId = id(values, 'org', true);
+      const monthlyDeliveries = monthly(values);
+      const answer = await operator.setDeliveryQuota({ organizationId, monthlyDeliveries });
+      return {
+        json: json(SetDeliveryQuotaResponseSchema, answer),
+        text: `organization ${answer.organizationId}: ${answer.monthlyDeliveries} deliveries per calendar month (UTC)\n`,
+      };
+    }
+    default:
+      throw new UsageError(`unknown command "${command}"`);
+  }
+}
+
+/** Checks every option before anything is sent, so a usage mistake never reaches the service. */
+function validate(command: string, values: Values): void {
+  checkOptions(command, values);
+  if (command.startsWith('kill-switch')) id(values, 'org');
+  if (command === 'kill-switch on') need(values, 'reason');
+  if (command === 'dead-letters' || command === 'audit') {
+    id(values, 'org');
+    if (command === 'dead-letters') id(values, 'endpoint');
+    range(values);
+    limit(values);
+  }
+  if (command === 'set-quota') {
+    id(values, 'org', true);
+    monthly(values);
+  }
+}
+
+function operatorUrl(): string {
+  const raw = process.env.OPERATOR_URL || DEFAULT_URL;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new UsageError(`OPERATOR_URL must be an http(s) URL, got "${raw}"`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError(`OPERATOR_URL must be an http(s) URL, got "${raw}"`);
+  return raw.replace(/\/+$/, '');
+}
+
+function operatorToken(): string {
+  // Read through the configuration so the development default stays defined in one place.
+  const token = process.env.OPERATOR_TOKEN || loadConfig().operatorToken;
+  if (token.startsWith('pk_live_')) {
+    throw new UsageError('OPERATOR_TOKEN holds a customer API key; the operator service takes only the operator credential');
+  }
+  return token;
+}
+
+function operatorClient(baseUrl: string, token: string): OperatorClient {
+  const authorize: Interceptor = (next) => async (req) => {
+    req.header.set('authorization', `Bearer ${token}`);
+    return next(req);
+  };
+  return createClient(
+    OperatorService,
+    createConnectTransport({ baseUrl, httpVersion: '1.1', interceptors: [authorize], defaultTimeoutMs: TIMEOUT_MS }),
+  );
+}
+
+/** The stable code: the ErrorInfo reason the service attaches, else the Connect code (e.g. UNAVAILABLE). */
+function codeOf(error: ConnectError): string {
+  const reason = error.findDetails(ErrorInfoSchema)[0]?.reason;
+  if (reason) return reason;
+  return (Code[error.code] ?? 'UNKNOWN').replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase();
+}
+
+async function main(argv: string[]): Promise<number> {
+  let parsed: ReturnType<typeof parseCommandLine>;
+  try {
+    parsed = parseCommandLine(argv);
+  } catch (error) {
+    process.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    return 2;
+  }
+  const { positionals, values } = parsed;
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  let command: string;
+  let operator: OperatorClient;
+  try {
+    command = commandOf(positionals);
+    validate(command, values);
+    operator = operatorClient(operatorUrl(), operatorToken());
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`operator: ${error.message}\n\n${USAGE}`);
+    return 2;
+  }
+  try {
+    const output = await run(command, values, operator);
+    process.stdout.write(values.json ? `${JSON.stringify(output.json)}\n` : output.text);
+    return 0;
+  } catch (caught) {
+    if (caught instanceof UsageError) {
+      process.stderr.write(`operator: ${caught.message}\n\n${USAGE}`);
+      return 2;
+    }
+    const error = ConnectError.from(caught);
+    const code = codeOf(error);
+    process.stderr.write(values.json ? `${JSON.stringify({ code, message: error.rawMessage })}\n` : `operator: ${code}: ${error.rawMessage}\n`);
+    return 1;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  },
+);

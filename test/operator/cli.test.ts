@@ -1,0 +1,366 @@
+import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
+import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { client, rest } from '../support/clients';
+import { makeTestTls } from '../support/tls';
+import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
+
+const ROOT = path.resolve(__dirname, '../..');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let t: TestApp;
+let receiver: HttpsReceiver;
+
+beforeAll(async () => {
+  const tls = await makeTestTls();
+  // Deliveries to a receiver that always answers 500 use their 8 attempts in well under a second.
+  t = await startTestApp({ DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '20', DELIVERY_TEST_RETRY_INTERVAL_MS: '10' });
+  // /ok answers 200; anything else 500.
+  receiver = await startHttpsReceiver({ tls, respond: (_, req) => ({ status: req.url === '/ok' ? 200 : 500 }) });
+});
+afterAll(async () => {
+  await receiver?.close();
+  await t?.close();
+});
+
+interface Run {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * The operator CLI as a real process talking to the running test app. Asynchronous on
+ * purpose: spawnSync would block this process, and with it the app the CLI calls.
+ */
+function operator(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [require.resolve('tsx/cli'), 'src/operator/cli.ts', ...args], {
+      cwd: ROOT,
+      env: { ...process.env, OPERATOR_URL: t.url, OPERATOR_TOKEN: t.config.operatorToken, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    child.on('error', reject);
+    child.on('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
+
+async function operatorJson<T = any>(...args: string[]): Promise<T> {
+  const run = await operator([...args, '--json']);
+  expect({ status: run.status, stderr: run.stderr }).toEqual({ status: 0, stderr: '' });
+  return JSON.parse(run.stdout) as T;
+}
+
+/** The operator service itself, to see that the CLI really changed the app's state. */
+function service() {
+  return client(OperatorService, t.url, 'connect', t.config.operatorToken);
+}
+
+async function rows<T = any>(sql: string, params: unknown[] = []): Promise<T[]> {
+  return t.orm.em.fork().execute<T[]>(sql, params);
+}
+
+async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+async function deliveryStatus(id: string): Promise<string | undefined> {
+  const [row] = await rows<{ status: string }>('select status from webhook_deliveries where id = ?', [id]);
+  return row?.status;
+}
+
+/** Registers an endpoint on the receiver and sends it a webhook.test; returns the ids. */
+async function sendTestDelivery(tenant: Tenant, receiverPath: string): Promise<{ endpointId: string; deliveryId: string; eventId: string }> {
+  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}${receiverPath}`, eventNames: ['webhook.test'] } });
+  expect(created.status).toBe(200);
+  const endpointId = created.body.endpoint.id as string;
+  const test = await rest(t.url, 'POST', `/api/v1/webhooks/${endpointId}/test`, { apiKey: tenant.apiKey });
+  expect(test.status).toBe(200);
+  return { endpointId, deliveryId: test.body.delivery.id, eventId: test.body.delivery.eventId };
+}
+
+const requestsTo = (receiverPath: string) => receiver.requests.filter((r) => r.path === receiverPath).length;
+
+describe('kill-switch', () => {
+  it('turns an organization switch on and off, and the app holds to it', async () => {
+    const tenant = await t.tenant();
+    const other = await t.tenant();
+    expect(await operatorJson('kill-switch', 'get', '--org', tenant.organizationId)).toEqual({
+      organizationId: tenant.organizationId,
+      enabled: false,
+      reason: '',
+    });
+
+    const on = await operatorJson('kill-switch', 'on', '--org', tenant.organizationId, '--reason', 'receiver incident INC-42');
+    expect(on).toEqual({ organizationId: tenant.organizationId, enabled: true, reason: 'receiver incident INC-42', updatedAt: expect.any(String) });
+    const stored = await service().getKillSwitch({ organizationId: tenant.organizationId });
+    expect(stored.killSwitch).toMatchObject({ organizationId: tenant.organizationId, enabled: true, reason: 'receiver incident INC-42' });
+    // One organization's switch is not another's, nor the global one.
+    expect((await service().getKillSwitch({ organizationId: other.organizationId })).killSwitch?.enabled).toBe(false);
+    expect((await service().getKillSwitch({})).killSwitch?.enabled).toBe(false);
+    expect(await operatorJson('kill-switch', 'get', '--org', tenant.organizationId)).toMatchObject({ enabled: true, reason: 'receiver incident INC-42' });
+
+    const people = await operator(['kill-switch', 'get', '--org', tenant.organizationId]);
+    expect(people.status).toBe(0);
+    expect(people.stdout).toContain(`kill switch (organization ${tenant.organizationId}): ON`);
+    expect(people.stdout).toContain('reason: receiver incident INC-42');
+
+    // While it is on, a delivery of this organization is held and nothing reaches the receiver.
+    const before = requestsTo('/ok');
+    const { deliveryId } = await sendTestDelivery(tenant, '/ok');
+    await waitFor('the delivery to be held', async () => (await deliveryStatus(deliveryId)) === 'held');
+    await sleep(200);
+    expect(requestsTo('/ok')).toBe(before);
+
+    expect(await operatorJson('kill-switch', 'off', '--org', tenant.organizationId)).toMatchObject({ organizationId: tenant.organizationId, enabled: false });
+    expect((await service().getKillSwitch({ organizationId: tenant.organizationId })).killSwitch?.enabled).toBe(false);
+    // Off: the held delivery goes out.
+    await waitFor('the delivery to go out', async () => (await deliveryStatus(deliveryId)) === 'delivered');
+    expect(requestsTo('/ok')).toBe(before + 1);
+
+    const audited = await rows(`select action, target_id from audit_events where organization_id = ? order by id`, [tenant.organizationId]);
+    expect(audited).toEqual([
+      { action: 'operator.kill_switch.on', target_id: tenant.organizationId },
+      { action: 'operator.kill_switch.off', target_id: tenant.organizationId },
+    ]);
+  });
+
+  it('turns the global switch on and off', async () => {
+    try {
+      const on = await operatorJson('kill-switch', 'on', '--reason', 'provider outage');
+      expect(on).toMatchObject({ organizationId: '', enabled: true, reason: 'provider outage' });
+      expect((await service().getKillSwitch({})).killSwitch).toMatchObject({ organizationId: '', enabled: true, reason: 'provider outage' });
+      const people = await operator(['kill-switch', 'get']);
+      expect(people).toMatchObject({ status: 0, stderr: '' });
+      expect(people.stdout).toContain('kill switch (global): ON');
+    } finally {
+      // Held deliveries would spoil the other tests in this file.
+      const off = await operatorJson('kill-switch', 'off');
+      expect(off).toMatchObject({ organizationId: '', enabled: false });
+    }
+    expect((await service().getKillSwitch({})).killSwitch?.enabled).toBe(false);
+  });
+
+  it('refuses to switch on without a reason, before calling the service', async () => {
+    const tenant = await t.tenant();
+    const run = await operator(['kill-switch', 'on', '--org', tenant.organizationId]);
+    expect(run.status).toBe(2);
+    expect(run.stderr).toMatch(/--reason is required/);
+    expect((await service().getKillSwitch({ organizationId: tenant.organizationId })).killSwitch?.enabled).toBe(false);
+  });
+
+  it('answers ORGANIZATION_NOT_FOUND for an organization that does not exist', async () => {
+    const run = await operator(['kill-switch', 'get', '--org', '00000000-0000-4000-8000-000000000000']);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/^operator: ORGANIZATION_NOT_FOUND: /);
+    expect(run.stdout).toBe('');
+  });
+});
+
+describe('set-quota', () => {
+  it('sets the monthly quota of an enterprise organization', async () => {
+    const tenant = await t.tenant({ plan: 'enterprise' });
+    expect(await operatorJson('set-quota', '--org', tenant.organizationId, '--monthly', '250000')).toEqual({
+      organizationId: tenant.organizationId,
+      monthlyDeliveries: '250000',
+    });
+    const [org] = await rows('select monthly_delivery_quota from organizations where id = ?', [tenant.organizationId]);
+    expect(Number(org.monthly_delivery_quota)).toBe(250000);
+
+    const people = await operator(['set-quota', '--org', tenant.organizationId, '--monthly', '0']);
+    expect(people).toMatchObject({ status: 0, stderr: '' });
+    expect(people.stdout).toContain(`organization ${tenant.organizationId}: 0 deliveries per calendar month`);
+    const [after] = await rows('select monthly_delivery_quota from organizations where id = ?', [tenant.organizationId]);
+    expect(Number(after.monthly_delivery_quota)).toBe(0);
+  });
+
+  it('answers NOT_ENTERPRISE for a scale organization and changes nothing', async () => {
+    const tenant = await t.tenant({ plan: 'scale' });
+    const run = await operator(['set-quota', '--org', tenant.organizationId, '--monthly', '5']);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/^operator: NOT_ENTERPRISE: .*scale/);
+    expect(run.stdout).toBe('');
+    const asJson = await operator(['set-quota', '--org', tenant.organizationId, '--monthly', '5', '--json']);
+    expect(asJson.status).toBe(1);
+    expect(JSON.parse(asJson.stderr)).toEqual({ code: 'NOT_ENTERPRISE', message: expect.stringContaining('scale') });
+    const [org] = await rows('select monthly_delivery_quota from organizations where id = ?', [tenant.organizationId]);
+    expect(org.monthly_delivery_quota).toBeNull();
+  });
+});
+
+describe('audit', () => {
+  it('returns the events of a connection action, with filters', async () => {
+    const tenant = await t.tenant();
+    const started = await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, body: { toolkit: 'instagram' } });
+    expect(started.status).toBe(200);
+    const refused = await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, body: { toolkit: 'twitter' } });
+    expect(refused.body.code).toBe('CAPABILITY_UNSUPPORTED');
+
+    const events = await operatorJson<any[]>('audit', '--org', tenant.organizationId);
+    expect(events).toHaveLength(2);
+    // Newest first.
+    expect(events[0]).toMatchObject({
+      organizationId: tenant.organizationId,
+      actorUserId: tenant.userId,
+      apiKeyId: tenant.keyId,
+      action: 'connection.start',
+      outcome: 'refused',
+      reason: 'CAPABILITY_UNSUPPORTED',
+    });
+    expect(events[1]).toMatchObject({ action: 'connection.start', outcome: 'succeeded', actorUserId: tenant.userId, occurredAt: expect.any(String) });
+    expect(events[1].requestId).toBe(started.headers.get('x-request-id'));
+
+    const limited = await operatorJson<any[]>('audit', '--org', tenant.organizationId, '--limit', '1');
+    expect(limited.map((e) => e.id)).toEqual([events[0].id]);
+    const filtered = await operatorJson<any[]>('audit', '--org', tenant.organizationId, '--action', 'connection.complete');
+    expect(filtered).toEqual([]);
+    const future = await operatorJson<any[]>('audit', '--org', tenant.organizationId, '--since', new Date(Date.now() + 3_600_000).toISOString());
+    expect(future).toEqual([]);
+    const past = await operatorJson<any[]>('audit', '--org', tenant.organizationId, '--since', '2020-01-01', '--until', new Date(Date.now() + 3_600_000).toISOString());
+    expect(past).toHaveLength(2);
+
+    const people = await operator(['audit', '--org', tenant.organizationId]);
+    expect(people).toMatchObject({ status: 0, stderr: '' });
+    expect(people.stdout).toMatch(/connection\.start {2}refused {2}reason CAPABILITY_UNSUPPORTED/);
+    expect(people.stdout).toMatch(/connection\.start {2}succeeded/);
+  });
+
+  it('reads as many pages as --limit asks for', async () => {
+    const tenant = await t.tenant();
+    await rows(
+      `insert into audit_events (organization_id, action, target_id, outcome, details)
+       select ?, 'test.bulk', 'n' || n, 'succeeded', '{}' from generate_series(1, 230) n`,
+      [tenant.organizationId],
+    );
+    const events = await operatorJson<any[]>('audit', '--org', tenant.organizationId, '--limit', '225');
+    expect(events).toHaveLength(225);
+    expect(new Set(events.map((e) => e.id)).size).toBe(225);
+    const ids = events.map((e) => BigInt(e.id));
+    expect(ids).toEqual([...ids].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0)));
+    expect(await operatorJson<any[]>('audit', '--org', tenant.organizationId, '--limit', '1000')).toHaveLength(230);
+  });
+});
+
+describe('dead-letters', () => {
+  let tenant: Tenant;
+  beforeAll(async () => {
+    tenant = await t.tenant();
+  });
+
+  it('returns [] and then the delivery that used all its attempts', async () => {
+    expect(await operatorJson('dead-letters', '--org', tenant.organizationId)).toEqual([]);
+    const people = await operator(['dead-letters', '--org', tenant.organizationId]);
+    expect(people).toMatchObject({ status: 0, stdout: 'no dead letters\n' });
+
+    const { endpointId, deliveryId, eventId } = await sendTestDelivery(tenant, '/fail');
+    await waitFor('the delivery to be dead-lettered', async () => (await rows('select 1 from dead_letters where delivery_id = ?', [deliveryId])).length > 0);
+
+    const listed = await operatorJson<any[]>('dead-letters', '--org', tenant.organizationId);
+    expect(listed).toEqual([
+      {
+        deliveryId,
+        organizationId: tenant.organizationId,
+        endpointId,
+        eventId,
+        eventType: 'webhook.test',
+        attemptCount: 8,
+        lastError: expect.stringContaining('500'),
+        deadLetteredAt: expect.any(String),
+        workflowId: `webhook-delivery/${tenant.organizationId}/${endpointId}/${eventId}`,
+      },
+    ]);
+    expect(await operatorJson('dead-letters', '--endpoint', endpointId)).toEqual(listed);
+    expect(await operatorJson('dead-letters', '--endpoint', '00000000-0000-4000-8000-000000000000')).toEqual([]);
+    expect(await operatorJson('dead-letters', '--org', tenant.organizationId, '--until', '2020-01-01')).toEqual([]);
+    expect(await operatorJson('dead-letters', '--org', tenant.organizationId, '--since', listed[0].deadLetteredAt)).toEqual(listed);
+
+    const text = await operator(['dead-letters', '--org', tenant.organizationId]);
+    expect(text).toMatchObject({ status: 0, stderr: '' });
+    expect(text.stdout).toContain(`delivery ${deliveryId}  webhook.test`);
+    expect(text.stdout).toContain('attempts 8');
+  });
+});
+
+describe('credentials and usage', () => {
+  it('exits 1 with OPERATOR_CREDENTIAL_REQUIRED on a wrong token', async () => {
+    const run = await operator(['kill-switch', 'get'], { OPERATOR_TOKEN: 'not-the-operator-token-but-long-enough-0000' });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/^operator: OPERATOR_CREDENTIAL_REQUIRED: /);
+    expect(run.stdout).toBe('');
+  });
+
+  it('refuses a customer API key as the operator token without sending it', async () => {
+    const tenant = await t.tenant();
+    const run = await operator(['kill-switch', 'get'], { OPERATOR_TOKEN: tenant.apiKey });
+    expect(run.status).toBe(2);
+    expect(run.stderr).toContain('customer API key');
+    expect(run.stderr).not.toContain(tenant.apiKey);
+  });
+
+  it('exits 1 with the code when the service cannot be reached', async () => {
+    const run = await operator(['kill-switch', 'get'], { OPERATOR_URL: 'http://127.0.0.1:1' });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/^operator: UNAVAILABLE: /);
+  });
+
+  const bad: { name: string; args: string[]; message: RegExp }[] = [
+    { name: 'no command', args: [], message: /a command is required/ },
+    { name: 'an unknown command', args: ['purge'], message: /unknown command "purge"/ },
+    { name: 'kill-switch without a verb', args: ['kill-switch'], message: /get, on or off/ },
+    { name: 'an unknown kill-switch verb', args: ['kill-switch', 'toggle'], message: /unknown kill-switch command "toggle"/ },
+    { name: 'an extra argument', args: ['audit', 'now'], message: /unexpected argument "now"/ },
+    { name: 'an unknown option', args: ['audit', '--orgs', 'x'], message: /--orgs/ },
+    { name: 'an option of another command', args: ['audit', '--monthly', '5'], message: /audit takes no --monthly/ },
+    { name: 'an organization id that is not an id', args: ['kill-switch', 'get', '--org', 'acme'], message: /--org must be an id/ },
+    { name: 'an endpoint id that is not an id', args: ['dead-letters', '--endpoint', 'ep_1'], message: /--endpoint must be an id/ },
+    { name: 'a date that is not ISO 8601', args: ['audit', '--since', 'yesterday'], message: /--since must be an ISO 8601/ },
+    { name: 'an impossible date', args: ['dead-letters', '--until', '2026-02-30'], message: /--until must be an ISO 8601/ },
+    { name: 'a month that does not exist', args: ['audit', '--since', '2026-13-01T10:00'], message: /--since must be an ISO 8601/ },
+    { name: 'a command named like an object property', args: ['constructor'], message: /unknown command "constructor"/ },
+    { name: 'since after until', args: ['audit', '--since', '2026-02-01', '--until', '2026-01-01'], message: /--since must be before --until/ },
+    { name: 'a limit that is not a number', args: ['audit', '--limit', 'ten'], message: /--limit must be a whole number/ },
+    { name: 'a zero limit', args: ['dead-letters', '--limit', '0'], message: /--limit must be a whole number/ },
+    { name: 'set-quota without --org', args: ['set-quota', '--monthly', '5'], message: /--org is required/ },
+    { name: 'set-quota without --monthly', args: ['set-quota', '--org', '00000000-0000-4000-8000-000000000000'], message: /--monthly is required/ },
+    { name: 'a negative quota', args: ['set-quota', '--org', '00000000-0000-4000-8000-000000000000', '--monthly=-1'], message: /--monthly must be a whole number/ },
+    { name: 'an empty reason', args: ['kill-switch', 'on', '--reason', '  '], message: /--reason must not be empty/ },
+  ];
+
+  it.each(bad)('exits 2 with usage on $name', async ({ args, message }) => {
+    const before = await rows<{ n: string }>('select count(*) as n from audit_events');
+    const run = await operator([...args, '--json']);
+    expect(run.status).toBe(2);
+    expect(run.stderr).toMatch(message);
+    expect(run.stderr).toContain('usage: npm run operator');
+    expect(run.stdout).toBe('');
+    expect(await rows('select count(*) as n from audit_events')).toEqual(before);
+  });
+
+  it('exits 2 on a malformed OPERATOR_URL', async () => {
+    const run = await operator(['kill-switch', 'get'], { OPERATOR_URL: 'localhost:8080' });
+    expect(run.status).toBe(2);
+    expect(run.stderr).toMatch(/OPERATOR_URL must be an http\(s\) URL/);
+  });
+
+  it('uses the configuration default token when OPERATOR_TOKEN is unset', async () => {
+    // The test app runs with the development default, which the CLI reads through loadConfig().
+    const run = await operator(['kill-switch', 'get', '--json'], { OPERATOR_TOKEN: '' });
+    expect(run).toMatchObject({ status: 0, stderr: '' });
+    expect(JSON.parse(run.stdout)).toMatchObject({ organizationId: '', enabled: false });
+  });
+});
