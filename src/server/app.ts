@@ -128,6 +128,8 @@ export async function start(options: BuildOptions): Promise<App> {
   const secrets = new SecretBox(config.secretKeys, config.currentSecretKeyId);
   // rate-limiter-flexible wants a pg pool of its own; two connections are plenty for its upserts.
   const limiterPool = new Pool({ connectionString: String(orm.config.get('clientUrl')), max: 2 });
+  // An idle client dies when PostgreSQL restarts; without a listener that error would end the process.
+  limiterPool.on('error', (error) => logger.warn({ err: error }, 'rate-limit pool lost a connection'));
   const activities = createActivities({
     orm,
     secrets,
