@@ -3,9 +3,10 @@ import type { MikroORM } from '../db/orm';
 import { WebhookEndpointSchema } from '../db';
 import type { Logger } from '../config/logger';
 import { RETRY_INTERVAL_MS, MAX_ATTEMPTS, FAILURE_TYPES } from '../../workflows/policy';
-import type { SecretBox } from '../webhooks/secret-box';
+import { SecretBox } from '../webhooks/secret-box';
+import type { Config } from '../config';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
-import { OutboundError, type OutboundClient } from './outbound';
+import { OutboundError, createOutboundClient, type OutboundClient } from './outbound';
 import { signedHeaders } from './signing';
 import { deliveriesStopped } from './kill-switch';
 import type { DeliveryRow } from './store';
@@ -152,4 +153,22 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
       });
     },
   };
+}
+
+/** The activities as configured for this deployment: the API's embedded engine and the Temporal worker use the same. */
+export function activitiesFromConfig(
+  config: Pick<Config, 'secretKeys' | 'currentSecretKeyId' | 'delivery'>,
+  deps: Pick<ActivityDeps, 'orm' | 'logger' | 'now' | 'onEvent'>,
+): DeliveryActivities {
+  return createActivities({
+    ...deps,
+    secrets: new SecretBox(config.secretKeys, config.currentSecretKeyId),
+    outbound: createOutboundClient({
+      allowCidrs: config.delivery.allowCidrs,
+      extraCa: config.delivery.extraCaPem ?? undefined,
+      timeoutMs: config.delivery.attemptTimeoutMs,
+      maxResponseBytes: config.delivery.maxResponseBytes,
+    }),
+    retryIntervalMs: config.delivery.retryIntervalMs,
+  });
 }

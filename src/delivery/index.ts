@@ -1,6 +1,6 @@
 export type { DeliveryEngine, DeliveryRef, DeliveryMeta, DeliveryActivities, AttemptOutcome } from './contract';
 export { FAILURE_TYPES } from './contract';
-export { createActivities, type ActivityDeps, type DeliveryEvent } from './activities';
+export { createActivities, activitiesFromConfig, type ActivityDeps, type DeliveryEvent } from './activities';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';
 export { workflowIdFor } from './workflow-id';

@@ -2,9 +2,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { loadConfig } from '../config';
 import { createLogger } from '../config/logger';
 import { openDatabase } from '../db';
-import { SecretBox } from '../webhooks/secret-box';
-import { createActivities } from './activities';
-import { createOutboundClient } from './outbound';
+import { activitiesFromConfig } from './activities';
 
 /**
  * `npm run worker`: runs delivery workflows and activities for the task queue the API
@@ -24,17 +22,7 @@ async function main(): Promise<void> {
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
       workflowsPath: require.resolve('../../workflows'),
-      activities: createActivities({
-        orm,
-        secrets: new SecretBox(config.secretKeys, config.currentSecretKeyId),
-        outbound: createOutboundClient({
-          allowCidrs: config.delivery.allowCidrs,
-          extraCa: config.delivery.extraCaPem ?? undefined,
-          timeoutMs: config.delivery.attemptTimeoutMs,
-          maxResponseBytes: config.delivery.maxResponseBytes,
-        }),
-        logger,
-      }),
+      activities: activitiesFromConfig(config, { orm, logger }),
     });
     logger.info({ taskQueue: config.temporal.taskQueue }, 'delivery worker running');
     await worker.run();

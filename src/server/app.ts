@@ -13,8 +13,7 @@ import { PostServiceImpl } from '../posts';
 import { WebhookServiceImpl, SecretBox, WebhookRateLimiter } from '../webhooks';
 import { OperatorServiceImpl } from '../operator';
 import {
-  createActivities,
-  createOutboundClient,
+  activitiesFromConfig,
   createTemporalClient,
   EmbeddedDeliveryEngine,
   TemporalDeliveryEngine,
@@ -130,20 +129,7 @@ export async function start(options: BuildOptions): Promise<App> {
   const limiterPool = new Pool({ connectionString: String(orm.config.get('clientUrl')), max: 2 });
   // An idle client dies when PostgreSQL restarts; without a listener that error would end the process.
   limiterPool.on('error', (error) => logger.warn({ err: error }, 'rate-limit pool lost a connection'));
-  const activities = createActivities({
-    orm,
-    secrets,
-    outbound: createOutboundClient({
-      allowCidrs: config.delivery.allowCidrs,
-      extraCa: config.delivery.extraCaPem ?? undefined,
-      timeoutMs: config.delivery.attemptTimeoutMs,
-      maxResponseBytes: config.delivery.maxResponseBytes,
-    }),
-    logger,
-    now,
-    retryIntervalMs: config.delivery.retryIntervalMs,
-    onEvent: (event) => metrics.observeDelivery(event),
-  });
+  const activities = activitiesFromConfig(config, { orm, logger, now, onEvent: (event) => metrics.observeDelivery(event) });
   const delivery = await deliveryEngineFor(config, { orm, activities, logger, now });
   const embedded = delivery.embedded;
   const metrics = new Metrics({ orm, deliveryLagSeconds: embedded ? () => embedded.lagSeconds() : null });
