@@ -17,11 +17,12 @@ import { noteAuditTarget } from '../audit';
 import {
   ConnectionAttemptSchema,
   DestinationSchema,
+  afterCursor,
   decodeCursor,
-  encodeCursor,
   entityManagerOf,
   isUniqueViolation,
   isUuid,
+  pageOf,
   pageSizeOf,
   type Destination,
   type EntityManager,
@@ -65,21 +66,17 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     const cursor = decodeCursor(req.pageToken);
     const rows = await em.find(
       DestinationSchema,
-      {
-        organizationId: principal.organizationId,
-        ...(cursor ? { $or: [{ createdAt: { $gt: new Date(cursor.at) } }, { createdAt: new Date(cursor.at), id: { $gt: cursor.id } }] } : {}),
-      },
+      { organizationId: principal.organizationId, ...afterCursor('createdAt', cursor, 'asc') },
       { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1 },
     );
-    const page = rows.slice(0, limit);
-    const last = page.at(-1);
+    const { page, nextPageToken } = pageOf(rows, limit, (d) => d.createdAt);
     return {
       connections: page.map(toMessage),
       registry: PUBLISH_REGISTRY.map((t) =>
         create(ToolkitSchema, { slug: t.slug, name: t.name, status: t.status, reason: t.reason, accountKinds: [...t.accountKinds] }),
       ),
       connectableToolkits: connectableToolkits(),
-      nextPageToken: rows.length > limit && last ? encodeCursor({ at: last.createdAt.toISOString(), id: last.id }) : '',
+      nextPageToken,
     };
   }
 

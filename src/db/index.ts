@@ -3,5 +3,5 @@ export { entityManagerKey, entityManagerOf } from './context';
 export * from './entities';
 export { isUniqueViolation } from './errors';
 export { resolveDatabaseUrl } from './resolve';
-export { pageSizeOf, encodeCursor, decodeCursor, type Cursor } from './pagination';
+export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, LAST_INSTANT_MS, type Cursor } from './pagination';
 export { isUuid } from './ids';

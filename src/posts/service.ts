@@ -11,7 +11,7 @@ import {
 } from '../gen/publishing/v1/post_service_pb';
 import { requireCustomer } from '../auth';
 import { noteAuditTarget } from '../audit';
-import { DestinationSchema, PostSchema, decodeCursor, encodeCursor, entityManagerOf, isUuid, pageSizeOf, type Post } from '../db';
+import { DestinationSchema, PostSchema, LAST_INSTANT_MS, afterCursor, decodeCursor, entityManagerOf, isUuid, pageOf, pageSizeOf, type Post } from '../db';
 import { apiError } from '../errors';
 import { releaseHeldPosts } from './holds';
 
@@ -32,6 +32,10 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
     const scheduledAt = timestampDate(req.scheduledAt);
     if (Number.isNaN(scheduledAt.getTime()) || scheduledAt.getTime() <= this.now()) {
       throw apiError('POST_SCHEDULE_INVALID', 'scheduledAt must be in the future.');
+    }
+    // proto3 JSON (and so REST) cannot express later instants, and the database refuses how they serialise.
+    if (scheduledAt.getTime() > LAST_INSTANT_MS) {
+      throw apiError('POST_SCHEDULE_INVALID', 'scheduledAt must be before the year 10000.');
     }
     const destination = isUuid(req.connectionId)
       ? await em.findOne(DestinationSchema, { id: req.connectionId, organizationId: principal.organizationId })
@@ -68,18 +72,12 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
         organizationId: principal.organizationId,
         ...(req.connectionId ? { destinationId: req.connectionId } : {}),
         ...(req.status ? { status: req.status as Post['status'] } : {}),
-        ...(cursor
-          ? { $or: [{ scheduledAt: { $lt: new Date(cursor.at) } }, { scheduledAt: new Date(cursor.at), id: { $gt: cursor.id } }] }
-          : {}),
+        ...afterCursor('scheduledAt', cursor, 'desc'),
       },
       { orderBy: { scheduledAt: 'desc', id: 'asc' }, limit: limit + 1 },
     );
-    const page = rows.slice(0, limit);
-    const last = page.at(-1);
-    return {
-      posts: page.map(toMessage),
-      nextPageToken: rows.length > limit && last ? encodeCursor({ at: last.scheduledAt.toISOString(), id: last.id }) : '',
-    };
+    const { page, nextPageToken } = pageOf(rows, limit, (p) => p.scheduledAt);
+    return { posts: page.map(toMessage), nextPageToken };
   }
 
   async releaseHeldPosts(req: ReleaseHeldPostsRequest, ctx: HandlerContext) {

@@ -38,6 +38,9 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
       logger.info({ requestId, procedure: `${req.service.typeName}/${req.method.name}`, transport, code, ms: Math.round(seconds * 1000) }, 'call');
     };
     try {
+      if (!req.stream && containsNul(req.message)) {
+        throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
+      }
       const res = await next(req);
       res.header.set('x-request-id', requestId);
       finish('OK');
@@ -45,7 +48,7 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
     } catch (error) {
       let connectError: ConnectError;
       if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
-        connectError = error;
+        connectError = boundedMessage(error);
       } else {
         logger.error({ requestId, err: error, procedure: `${req.service.typeName}/${req.method.name}` }, 'internal error');
         connectError = apiError('INTERNAL', `Internal error; quote request id ${requestId} when reporting it.`);
@@ -55,4 +58,31 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
       throw connectError;
     }
   };
+}
+
+/**
+ * PostgreSQL text and jsonb cannot hold U+0000, so a string carrying one fails its
+ * query as an internal error, and the audit event of a refused action (whose target is
+ * the id the caller sent) cannot be written. No field of this API has a use for it.
+ */
+function containsNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000');
+  if (Array.isArray(value)) return value.some(containsNul);
+  if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) return Object.values(value).some(containsNul);
+  return false;
+}
+
+/** Longest error message sent back; handlers may echo what the caller sent. */
+const MAX_MESSAGE_LENGTH = 1_000;
+
+/**
+ * A message echoing a huge field (an unknown health service name of a megabyte) would
+ * travel in gRPC trailers, which HTTP/2 peers refuse past their header list size: the
+ * whole connection fails instead of the one call.
+ */
+function boundedMessage(error: ConnectError): ConnectError {
+  if (error.rawMessage.length <= MAX_MESSAGE_LENGTH) return error;
+  const bounded = new ConnectError(`${error.rawMessage.slice(0, MAX_MESSAGE_LENGTH)}…`, error.code, error.metadata, [], error.cause);
+  bounded.details = error.details;
+  return bounded;
 }

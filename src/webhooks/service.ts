@@ -18,10 +18,11 @@ import {
   OrganizationSchema,
   WebhookDeliverySchema,
   WebhookEndpointSchema,
+  afterCursor,
   decodeCursor,
-  encodeCursor,
   entityManagerOf,
   isUuid,
+  pageOf,
   pageSizeOf,
   type EntityManager,
   type WebhookDelivery,
@@ -56,18 +57,14 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
     const cursor = decodeCursor(req.pageToken);
     const endpoints = await em.find(
       WebhookEndpointSchema,
-      {
-        organizationId: principal.organizationId,
-        ...(cursor ? { $or: [{ createdAt: { $gt: new Date(cursor.at) } }, { createdAt: new Date(cursor.at), id: { $gt: cursor.id } }] } : {}),
-      },
+      { organizationId: principal.organizationId, ...afterCursor('createdAt', cursor, 'asc') },
       { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1, exclude: ['secretCiphertext'] },
     );
-    const page = endpoints.slice(0, limit);
+    const { page, nextPageToken } = pageOf(endpoints, limit, (e) => e.createdAt);
     const recent = await recentDeliveriesByEndpoint(em, principal.organizationId, page.map((e) => e.id));
-    const last = page.at(-1);
     return {
       endpoints: page.map((e) => endpointMessage(e, recent.get(e.id) ?? [])),
-      nextPageToken: endpoints.length > limit && last ? encodeCursor({ at: last.createdAt.toISOString(), id: last.id }) : '',
+      nextPageToken,
     };
   }
 
