@@ -20,7 +20,8 @@ import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../
 
 const ROOT = path.resolve(__dirname, '..');
 const ADMIN_URL = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-const DATABASE = 'publishing_faults';
+// Its own name each run, so a service left over from an interrupted run cannot touch it.
+const DATABASE = `publishing_faults_${process.pid}`;
 const DATABASE_URL = Object.assign(new URL(ADMIN_URL), { pathname: `/${DATABASE}` }).toString();
 const TERMINAL = ['delivered', 'dead_lettered', 'failed'];
 
@@ -48,13 +49,20 @@ interface Service {
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
+const children = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGKILL');
+});
+
 async function startService(env: Record<string, string>): Promise<Service> {
   const child = spawn(process.execPath, [require.resolve('tsx/cli'), 'src/server/main.ts'], {
     cwd: ROOT,
     env: { ...process.env, NODE_ENV: 'test', PORT: '0', LOG_LEVEL: 'info', DATABASE_URL, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  children.add(child);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.once('exit', () => children.delete(child));
   const url = await new Promise<string>((resolve, reject) => {
     let buffer = '';
     const timer = setTimeout(() => reject(new Error('the service did not start within 30 s')), 30_000);
@@ -89,11 +97,14 @@ async function api(base: string, key: string, method: string, route: string, bod
   return { status: res.status, body: await res.json().catch(() => null) };
 }
 
-async function waitUntilSettled(deliveryIds: string[], timeoutMs: number): Promise<Map<string, { status: string; attempt_count: number }>> {
+async function waitUntilSettled(
+  deliveryIds: string[],
+  timeoutMs: number,
+): Promise<Map<string, { status: string; attempt_count: number; last_error: string | null }>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const rows = await sql<{ id: string; status: string; attempt_count: number }>(
-      'select id, status, attempt_count from webhook_deliveries where id = any($1)',
+    const rows = await sql<{ id: string; status: string; attempt_count: number; last_error: string | null }>(
+      'select id, status, attempt_count, last_error from webhook_deliveries where id = any($1)',
       [deliveryIds],
     ).catch(() => []);
     const settled = rows.filter((r) => TERMINAL.includes(r.status));
@@ -195,7 +206,10 @@ async function main(): Promise<void> {
       if (name === 'tls') {
         check(row?.status === 'dead_lettered' && row.attempt_count === 8, `TLS failure on every attempt → dead-lettered after 8 (got ${row?.status}/${row?.attempt_count})`);
       } else {
-        check(row?.status === 'delivered' && row.attempt_count === 2, `${name} once → delivered on attempt 2 (got ${row?.status}/${row?.attempt_count})`);
+        check(
+          row?.status === 'delivered' && row.attempt_count === 2,
+          `${name} once → delivered on attempt 2 (got ${row?.status}/${row?.attempt_count}${row?.last_error ? `, last error: ${row.last_error}` : ''})`,
+        );
         check(seen.get(`/${name}`) === 2, `${name}: the receiver saw exactly 2 requests (got ${seen.get(`/${name}`)})`);
       }
       if (!row || !TERMINAL.includes(row.status)) counts.lost++;
@@ -324,7 +338,9 @@ async function main(): Promise<void> {
   process.exit(violations.length === 0 ? 0 : 1);
 }
 
-main().catch((error: unknown) => {
+main().catch(async (error: unknown) => {
   console.error(error);
+  await sql(`drop database if exists ${DATABASE} with (force)`, [], ADMIN_URL).catch(() => undefined);
   process.exit(2);
 });
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));

@@ -17,9 +17,13 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
     // Timestamps are instants; the pool's sessions speak UTC so nothing depends on the host's zone.
     timezone: 'Z',
     forceUtcTimezone: true,
-    pool: { min: 0, max: 10 },
+    // The embedded engine works on 16 deliveries at once next to the API's calls.
+    pool: { min: 0, max: 20 },
     debug: false,
     allowGlobalContext: false,
+    // A flush of one statement needs no BEGIN/COMMIT round trips; everything that writes
+    // more than one row together runs in an explicit em.transactional().
+    implicitTransactions: false,
     migrations: {
       migrationsList: MIGRATIONS,
       tableName: 'schema_migrations',

@@ -1,6 +1,5 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { MikroORM } from '../db/orm';
-import { WebhookEndpointSchema } from '../db';
 import type { Logger } from '../config/logger';
 import { RETRY_INTERVAL_MS, MAX_ATTEMPTS, FAILURE_TYPES } from '../../workflows/policy';
 import { SecretBox } from '../webhooks/secret-box';
@@ -8,8 +7,22 @@ import type { Config } from '../config';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient } from './outbound';
 import { signedHeaders } from './signing';
-import { deliveriesStopped } from './kill-switch';
-import type { DeliveryRow } from './store';
+import { GLOBAL_SCOPE } from './kill-switch';
+
+interface AttemptRow {
+  status: string;
+  attempt_count: number;
+  last_error: string | null;
+  last_response_status: number | null;
+  payload: string;
+  /** Null when the endpoint no longer exists. */
+  endpoint_id: string | null;
+  url: string;
+  disabled_at: Date | string | null;
+  secret_key_id: string;
+  secret_ciphertext: Buffer;
+  stopped: boolean;
+}
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -37,8 +50,14 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
   return {
     async attemptDelivery(ref: DeliveryRef): Promise<AttemptOutcome> {
       const em = deps.orm.em.fork();
-      const [delivery] = await em.execute<DeliveryRow[]>(
-        'select * from webhook_deliveries where id = ? and organization_id = ?',
+      // One read for everything an attempt decides on: the delivery, its endpoint and the kill switches.
+      const [delivery] = await em.execute<AttemptRow[]>(
+        `select d.status, d.attempt_count, d.last_error, d.last_response_status, d.payload,
+                e.id as endpoint_id, e.url, e.disabled_at, e.secret_key_id, e.secret_ciphertext,
+                exists (select 1 from kill_switches k where k.enabled and k.scope in ('${GLOBAL_SCOPE}', d.organization_id::text)) as stopped
+           from webhook_deliveries d
+           left join webhook_endpoints e on e.id = d.endpoint_id and e.organization_id = d.organization_id
+          where d.id = ? and d.organization_id = ?`,
         [ref.deliveryId, ref.organizationId],
       );
       if (!delivery) throw ApplicationFailure.nonRetryable('The delivery record no longer exists.', FAILURE_TYPES.endpointGone);
@@ -51,11 +70,10 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
         throw ApplicationFailure.nonRetryable(`All ${MAX_ATTEMPTS} attempts are used.`, FAILURE_TYPES.attemptsExhausted);
       }
 
-      const endpoint = await em.findOne(WebhookEndpointSchema, { id: ref.endpointId, organizationId: ref.organizationId });
-      if (!endpoint || endpoint.disabledAt) {
-        const reason = endpoint ? 'The endpoint is disabled.' : 'The endpoint no longer exists.';
+      if (!delivery.endpoint_id || delivery.disabled_at) {
+        const reason = delivery.endpoint_id ? 'The endpoint is disabled.' : 'The endpoint no longer exists.';
         await em.execute(
-          `update webhook_deliveries set status = 'failed', last_error = ?, next_attempt_at = null, updated_at = ? where id = ?`,
+          `update webhook_deliveries set status = 'failed', last_error = ?, next_attempt_at = null, lease_until = null, updated_at = ? where id = ?`,
           [reason, new Date(now()), ref.deliveryId],
           'run',
         );
@@ -63,9 +81,9 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
         throw ApplicationFailure.nonRetryable(reason, FAILURE_TYPES.endpointGone);
       }
 
-      if (await deliveriesStopped(em, ref.organizationId)) {
+      if (delivery.stopped) {
         await em.execute(
-          `update webhook_deliveries set status = 'held', next_attempt_at = ?, updated_at = ? where id = ?`,
+          `update webhook_deliveries set status = 'held', next_attempt_at = ?, lease_until = null, updated_at = ? where id = ?`,
           [new Date(now() + interval), new Date(now()), ref.deliveryId],
           'run',
         );
@@ -87,11 +105,11 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
         throw ApplicationFailure.retryable(`Attempt ${attempt} was interrupted.`, FAILURE_TYPES.attemptFailed);
       }
 
-      const secret = deps.secrets.open({ keyId: endpoint.secretKeyId, ciphertext: Buffer.from(endpoint.secretCiphertext) }, endpoint.id);
+      const secret = deps.secrets.open({ keyId: delivery.secret_key_id, ciphertext: Buffer.from(delivery.secret_ciphertext) }, delivery.endpoint_id);
       let status: number | null = null;
       let error: string | null = null;
       try {
-        const response = await deps.outbound.post(endpoint.url, signedHeaders(secret, delivery.payload, now()), delivery.payload);
+        const response = await deps.outbound.post(delivery.url, signedHeaders(secret, delivery.payload, now()), delivery.payload);
         status = response.status;
         if (status < 200 || status >= 300) error = `The endpoint answered HTTP ${status}.`;
       } catch (cause) {
@@ -102,12 +120,13 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
       if (error === null) {
         const at = new Date(now());
         await em.execute(
-          `update webhook_deliveries set status = 'delivered', attempt_count = ?, delivered_at = ?, last_response_status = ?,
-                  last_error = null, next_attempt_at = null, updated_at = ? where id = ?`,
-          [attempt, at, status, at, ref.deliveryId],
+          `with finished as (
+             update delivery_attempts set finished_at = ?, response_status = ? where delivery_id = ? and attempt = ?)
+           update webhook_deliveries set status = 'delivered', attempt_count = ?, delivered_at = ?, last_response_status = ?,
+                  last_error = null, next_attempt_at = null, lease_until = null, updated_at = ? where id = ?`,
+          [at, status, ref.deliveryId, attempt, attempt, at, status, at, ref.deliveryId],
           'run',
         );
-        await em.execute('update delivery_attempts set finished_at = ?, response_status = ? where delivery_id = ? and attempt = ?', [at, status, ref.deliveryId, attempt], 'run');
         deps.onEvent?.('attempt_delivered');
         return { kind: 'delivered', attempt, status: status ?? 200 };
       }
@@ -120,14 +139,12 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
         const at = new Date(now());
         const next = number < MAX_ATTEMPTS ? new Date(at.getTime() + interval) : null;
         await em.execute(
-          `update webhook_deliveries set status = 'retrying', attempt_count = ?, last_error = ?, last_response_status = ?,
-                  next_attempt_at = ?, updated_at = ? where id = ?`,
-          [number, reason, responseStatus, next, at, ref.deliveryId],
-          'run',
-        );
-        await em.execute(
-          'update delivery_attempts set finished_at = ?, response_status = ?, error = ? where delivery_id = ? and attempt = ? and finished_at is null',
-          [at, responseStatus, reason, ref.deliveryId, number],
+          `with finished as (
+             update delivery_attempts set finished_at = ?, response_status = ?, error = ?
+              where delivery_id = ? and attempt = ? and finished_at is null)
+           update webhook_deliveries set status = 'retrying', attempt_count = ?, last_error = ?, last_response_status = ?,
+                  next_attempt_at = ?, lease_until = null, updated_at = ? where id = ?`,
+          [at, responseStatus, reason, ref.deliveryId, number, number, reason, responseStatus, next, at, ref.deliveryId],
           'run',
         );
       }

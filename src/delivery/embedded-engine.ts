@@ -31,6 +31,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   private running = false;
   private polling: Promise<void> | null = null;
   private wakeAgain = false;
+  private backlog = false;
 
   constructor(private readonly options: EmbeddedEngineOptions) {
     this.concurrency = options.concurrency ?? 16;
@@ -107,17 +108,22 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
         returning id, organization_id, endpoint_id, event_id`,
       [leaseUntil, now, now, free],
     );
+    this.backlog = claimed.length === free;
     for (const row of claimed) {
       const ref: DeliveryRef = { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.endpoint_id, eventId: row.event_id };
       const run = this.run(ref).finally(() => {
         this.inFlight.delete(run);
-        this.wake();
+        // A poll that could not take everything due leaves work waiting: take it as soon as a slot frees.
+        if (this.backlog) this.wake();
       });
       this.inFlight.add(run);
     }
   }
 
-  /** One step of the workflow: an attempt, then what the workflow would do with its outcome. */
+  /**
+   * One step of the workflow: an attempt, then what the workflow would do with its outcome.
+   * Every outcome the activity records also releases the lease; a crash leaves it to expire.
+   */
   private async run(ref: DeliveryRef): Promise<void> {
     try {
       await this.options.activities.attemptDelivery(ref);
@@ -129,10 +135,8 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
         await this.deadLetterIfExhausted(ref);
       } else if (type !== FAILURE_TYPES.endpointGone) {
         this.options.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery attempt crashed; it is retried after its lease');
-        return;
       }
     }
-    await this.options.orm.em.fork().execute('update webhook_deliveries set lease_until = null where id = ?', [ref.deliveryId], 'run');
   }
 
   private async deadLetterIfExhausted(ref: DeliveryRef): Promise<void> {

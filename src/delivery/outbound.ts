@@ -66,6 +66,8 @@ export function createOutboundClient(options: OutboundOptions): OutboundClient {
   const sendOptions: SendOptions = {
     timeoutMs: options.timeoutMs,
     maxResponseBytes: options.maxResponseBytes,
+    // Only with an extra CA (tests), at the cost of parsing the roots on each connection.
+    // Production trusts Node's default store, plus NODE_EXTRA_CA_CERTS, loaded once.
     ca: options.extraCa ? [...tls.getCACertificates('default'), options.extraCa] : undefined,
     lookup: guardedLookup(options.lookup ?? defaultResolver, policy),
   };

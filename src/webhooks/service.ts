@@ -61,7 +61,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1, exclude: ['secretCiphertext'] },
     );
     const { page, nextPageToken } = pageOf(endpoints, limit, (e) => e.createdAt);
-    const recent = await recentDeliveriesByEndpoint(em, principal.organizationId, page.map((e) => e.id));
+    const recent = await recentDeliveriesByEndpoint(em, page.map((e) => e.id));
     return {
       endpoints: page.map((e) => endpointMessage(e, recent.get(e.id) ?? [])),
       nextPageToken,
