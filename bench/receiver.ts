@@ -1,0 +1,35 @@
+/**
+ * A customer's webhook endpoint in its own process: HTTPS on 127.0.0.1 with the test
+ * certificate, reads each body and answers 200 at once. Reports how many it answered
+ * when stopped.
+ */
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { emit, input, onStop, runMain } from './child';
+
+interface Input {
+  keyPem: string;
+  certPem: string;
+}
+
+runMain(async () => {
+  const { keyPem, certPem } = input<Input>();
+  let answered = 0;
+  const server = https.createServer({ key: keyPem, cert: certPem }, (req, res) => {
+    req.resume();
+    req.on('end', () => {
+      answered++;
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '2' });
+      res.end('ok');
+    });
+  });
+  server.on('tlsClientError', () => {});
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  onStop(async () => {
+    emit({ type: 'stats', answered });
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  emit({ type: 'ready', url: `https://127.0.0.1:${port}`, pid: process.pid });
+});
