@@ -34,18 +34,23 @@ function answers(host: string, port: number): Promise<boolean> {
  * over the Postgres wire protocol from `.data/pglite`, which is single-writer and meant
  * for trying the service out, not for load.
  */
-export async function resolveDatabaseUrl(configured: string, logger: Logger, dataDir = '.data'): Promise<ResolvedDatabase> {
+export async function resolveDatabaseUrl(
+  configured: string,
+  logger: Logger,
+  dataDir = '.data',
+  local: { host: string; port: number } = LOCAL,
+): Promise<ResolvedDatabase> {
   if (configured) {
     logger.info({ database: redact(configured) }, 'using DATABASE_URL');
     return { url: configured, poolMax: 10, stop: async () => undefined };
   }
-  if (await answers(LOCAL.host, LOCAL.port)) {
-    const admin = new Client({ host: LOCAL.host, port: LOCAL.port, user: 'postgres', database: 'postgres' });
+  if (await answers(local.host, local.port)) {
+    const admin = new Client({ host: local.host, port: local.port, user: 'postgres', database: 'postgres' });
     try {
       await admin.connect();
       const exists = await admin.query('select 1 from pg_database where datname = $1', [DEV_DATABASE]);
       if (exists.rowCount === 0) await admin.query(`create database ${DEV_DATABASE}`);
-      const url = `postgres://postgres@${LOCAL.host}:${LOCAL.port}/${DEV_DATABASE}`;
+      const url = `postgres://postgres@${local.host}:${local.port}/${DEV_DATABASE}`;
       logger.info({ database: url }, 'no DATABASE_URL: using the local PostgreSQL');
       return { url, poolMax: 10, stop: async () => undefined };
     } catch (error) {
