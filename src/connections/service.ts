@@ -30,7 +30,7 @@ import {
 import { apiError, type ErrorCode } from '../errors';
 import { holdScheduledPosts } from '../posts';
 import { PUBLISH_REGISTRY, connectableToolkits, toolkitOf } from './registry';
-import { STATE_TTL_MS, StateSigner } from './state';
+import { STATE_TTL_MS, type StateSigner } from './state';
 import { ProviderError, type AccountIdentity, type ConnectionProvider, type ProviderFailure } from './provider';
 
 export interface ConnectionServiceDeps {

@@ -26,7 +26,7 @@ import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
 import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { createListener, type Listener, type RequestHandler } from './listener';
-import { RestGateway, sendError, writeJson } from './gateway';
+import { RestGateway, sendError, writeBody, writeJson } from './gateway';
 import { createRequestContextInterceptor } from './request-context';
 import { HealthService, databaseReady } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
@@ -189,10 +189,7 @@ export async function start(options: BuildOptions): Promise<App> {
     }
     if (path === '/metrics') {
       void metrics.registry.metrics().then(
-        (text) => {
-          (res as import('node:http').ServerResponse).writeHead(200, { 'content-type': metrics.registry.contentType });
-          res.end(text);
-        },
+        (text) => writeBody(res, 200, metrics.registry.contentType, text),
         (error: unknown) => {
           logger.error({ err: error }, 'metrics collection failed');
           sendError(res, 'INTERNAL', 'Metrics are unavailable.', randomUUID());

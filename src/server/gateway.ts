@@ -257,9 +257,13 @@ export function sendError(
   writeJson(res, httpStatusOf(code), JSON.stringify(body));
 }
 
-/** Writes a JSON response on either HTTP version (their compat APIs differ only in types). */
-export function writeJson(res: NodeResponse, status: number, body: string | Buffer): void {
+/** Writes a response on either HTTP version (their compat APIs differ only in types). */
+export function writeBody(res: NodeResponse, status: number, contentType: string, body: string | Buffer): void {
   const plain = res as ServerResponse;
-  plain.writeHead(status, { 'content-type': 'application/json' });
+  plain.writeHead(status, { 'content-type': contentType });
   plain.end(body);
+}
+
+export function writeJson(res: NodeResponse, status: number, body: string | Buffer): void {
+  writeBody(res, status, 'application/json', body);
 }

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
-import { Health, HealthCheckResponse_ServingStatus as Status } from '../gen/grpc/health/v1/health_pb';
+import { type Health, HealthCheckResponse_ServingStatus as Status } from '../gen/grpc/health/v1/health_pb';
 import type { MikroORM } from '../db/orm';
 
 /** Readiness is the database answering: nothing the service does works without it. */

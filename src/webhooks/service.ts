@@ -34,7 +34,7 @@ import { validateEndpointUrl } from './endpoint-url';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
-import { SecretBox, newSigningSecret } from './secret-box';
+import { type SecretBox, newSigningSecret } from './secret-box';
 
 export interface WebhookServiceDeps {
   secrets: SecretBox;

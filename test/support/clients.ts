@@ -1,18 +1,15 @@
-import { createClient, type Client, type Transport } from '@connectrpc/connect';
+import { createClient, type Client, type Interceptor, type Transport } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import type { DescService } from '@bufbuild/protobuf';
 
 export type TransportName = 'grpc' | 'connect' | 'grpc-web';
 
 export function transport(baseUrl: string, name: TransportName, apiKey?: string): Transport {
-  const interceptors = apiKey
-    ? [
-        (next: Parameters<import('@connectrpc/connect').Interceptor>[0]) => async (req: Parameters<typeof next>[0]) => {
-          req.header.set('authorization', `Bearer ${apiKey}`);
-          return next(req);
-        },
-      ]
-    : [];
+  const withKey: Interceptor = (next) => async (req) => {
+    req.header.set('authorization', `Bearer ${apiKey}`);
+    return next(req);
+  };
+  const interceptors = apiKey ? [withKey] : [];
   switch (name) {
     case 'grpc':
       return createGrpcTransport({ baseUrl, interceptors });

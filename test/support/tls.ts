@@ -11,8 +11,9 @@
  * exercise the "untrusted certificate" path.
  */
 import { webcrypto } from 'node:crypto';
+import type * as X509Module from '@peculiar/x509';
 
-type X509 = typeof import('@peculiar/x509');
+type X509 = typeof X509Module;
 
 export interface TestTls {
   /** PEM of the CA certificate; give it to clients as an extra trusted root. */

@@ -1,0 +1,49 @@
+// Lint rules that catch at lint time what would otherwise surface at run or bundle time.
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+import importX from 'eslint-plugin-import-x';
+
+export default tseslint.config(
+  { ignores: ['node_modules/', 'src/gen/', '.tools/', '.data/', 'coverage/', 'dist/', 'jest.config.js'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    files: ['**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    plugins: { 'import-x': importX },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-explicit-any': 'off',
+      'import-x/no-cycle': 'error',
+      // URL validation and the hostile-input suites match control characters on purpose.
+      'no-control-regex': 'off',
+    },
+  },
+  {
+    // Workflow code runs in Temporal's deterministic sandbox: only the workflow API, types, and pure constants.
+    files: ['workflows/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { regex: '^node:', message: 'Node built-ins are not available in workflow code.' },
+            { regex: '^@temporalio/(?!workflow$)', message: 'Workflow code imports only @temporalio/workflow.' },
+            { regex: '^(?!@temporalio/workflow$|\\./|\\.\\./src/)', message: 'Workflow code imports only @temporalio/workflow, ./ modules and types.' },
+          ],
+        },
+      ],
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '^\\.\\./src/', allowTypeImports: true, message: 'Workflow code may import only types from src/.' }] },
+      ],
+    },
+  },
+  {
+    files: ['**/*.mjs'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: { globals: { URL: 'readonly', console: 'readonly', process: 'readonly' } },
+  },
+);
