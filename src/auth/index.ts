@@ -1,5 +1,5 @@
 export { PERMISSIONS, ROLE_PERMISSIONS, isPermission, canConfirmChangedAccount, type Permission } from './permissions';
-export { principalKey, effectivePermissions, type Principal, type CustomerPrincipal, type OperatorPrincipal } from './principal';
+export { principalKey, type Principal, type CustomerPrincipal, type OperatorPrincipal } from './principal';
 export { issueApiKey, revokeApiKey, authenticate, hashKey, type IssuedKey } from './api-keys';
 export { createAuthInterceptor, createAuthorizeInterceptor } from './interceptor';
 export { requireCustomer } from './require';

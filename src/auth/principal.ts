@@ -1,6 +1,5 @@
 import { createContextKey } from '@connectrpc/connect';
 import type { Role } from '../db/entities';
-import type { Permission } from './permissions';
 
 /** Who is calling: a customer's API key, bound to one user in one organization. */
 export interface CustomerPrincipal {
@@ -19,7 +18,3 @@ export interface OperatorPrincipal {
 export type Principal = CustomerPrincipal | OperatorPrincipal;
 
 export const principalKey = createContextKey<Principal | null>(null, { description: 'principal' });
-
-export function effectivePermissions(principal: CustomerPrincipal, rolePermissions: readonly Permission[]): Permission[] {
-  return rolePermissions.filter((permission) => principal.scopes.includes(permission));
-}

@@ -1,4 +1,4 @@
-export { ConnectionServiceImpl, toMessage as toConnectionMessage, type ConnectionServiceDeps } from './service';
+export { ConnectionServiceImpl, type ConnectionServiceDeps } from './service';
 export { StateSigner, STATE_TTL_MS } from './state';
 export { PUBLISH_REGISTRY, toolkitOf, connectableToolkits } from './registry';
 export { SandboxProvider, SANDBOX_ACCOUNTS } from './providers/sandbox';

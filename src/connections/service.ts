@@ -300,7 +300,7 @@ function assignIdentity(destination: Destination, identity: AccountIdentity, ref
   destination.avatarUrl = identity.avatarUrl;
 }
 
-export function toMessage(d: Destination): Connection {
+function toMessage(d: Destination): Connection {
   return create(ConnectionSchema, {
     id: d.id,
     toolkit: d.toolkit,

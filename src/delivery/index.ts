@@ -8,4 +8,4 @@ export { createOutboundClient, OutboundError, type OutboundClient } from './outb
 export { signatureFor, signedHeaders, SIGNATURE_HEADER, TIMESTAMP_HEADER } from './signing';
 export { verifyWebhook, WebhookVerificationError } from './verify';
 export { recentDeliveriesByEndpoint, RECENT_DELIVERIES } from './store';
-export { deliveriesStopped, readKillSwitch, writeKillSwitch, GLOBAL_SCOPE, type KillSwitchState } from './kill-switch';
+export { readKillSwitch, writeKillSwitch, GLOBAL_SCOPE, type KillSwitchState } from './kill-switch';

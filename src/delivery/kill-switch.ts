@@ -9,15 +9,6 @@ export interface KillSwitchState {
   updatedAt: Date | null;
 }
 
-/** True while the global switch or the organization's is on: then no request leaves for it. */
-export async function deliveriesStopped(em: EntityManager, organizationId: string): Promise<boolean> {
-  const rows = await em.execute<{ one: number }[]>(
-    'select 1 as one from kill_switches where scope in (?, ?) and enabled limit 1',
-    [GLOBAL_SCOPE, organizationId],
-  );
-  return rows.length > 0;
-}
-
 export async function readKillSwitch(em: EntityManager, scope: string): Promise<KillSwitchState> {
   const [row] = await em.execute<{ scope: string; enabled: boolean; reason: string; updated_at: Date | string }[]>(
     'select scope, enabled, reason, updated_at from kill_switches where scope = ?',

@@ -32,6 +32,7 @@ import { HealthService, databaseReady } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { Metrics } from './metrics';
 import { openApiDocument } from './openapi-route';
+import { requestIdFrom } from '../context';
 
 /** Where the provider returns the browser; the page shows what to send to /connections/complete. */
 const CALLBACK_PATH = '/connections/callback';
@@ -95,7 +96,6 @@ async function deliveryEngineFor(
     return { engine, embedded: null, close: () => temporal.close() };
   }
   const embedded = new EmbeddedDeliveryEngine({ ...deps, pollIntervalMs: config.delivery.pollIntervalMs });
-  embedded.begin();
   deps.logger.info('deliveries run on the embedded engine (no TEMPORAL_ADDRESS)');
   return { engine: embedded, embedded, close: () => embedded.close() };
 }
@@ -141,6 +141,8 @@ export async function start(options: BuildOptions): Promise<App> {
     now,
   });
   const operator = new OperatorServiceImpl({ now, onDeliveriesReleased: () => delivery.embedded?.wake() });
+  // Only now: its attempts report to the metrics, which exist from here on.
+  embedded?.begin();
 
   const [ReflectionV1, ReflectionV1alpha] = REFLECTION_SERVICES;
   const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, OperatorService, ...REFLECTION_SERVICES]);
@@ -208,7 +210,8 @@ export async function start(options: BuildOptions): Promise<App> {
       }
     }
     if (path === '/api/v1' || path.startsWith('/api/v1/')) {
-      const requestId = randomUUID();
+      const incoming = req.headers['x-request-id'];
+      const requestId = requestIdFrom(typeof incoming === 'string' ? incoming : null);
       gateway.handle(req, res, requestId).catch((error: unknown) => {
         logger.error({ err: error, requestId }, 'gateway failure');
         sendError(res, 'INTERNAL', `Internal error; quote request id ${requestId} when reporting it.`, requestId);

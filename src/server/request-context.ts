@@ -1,16 +1,13 @@
-import { randomUUID } from 'node:crypto';
 import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
 import type { MikroORM } from '../db/orm';
 import { entityManagerKey } from '../db/context';
-import { requestIdKey, transportKey, type Transport } from '../context';
+import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../context';
 import { apiError, errorInfoOf, fallbackCodeOf } from '../errors';
 import type { Logger } from '../config/logger';
 
 export interface CallObserver {
   (call: { procedure: string; transport: Transport; code: string; seconds: number }): void;
 }
-
-const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 function transportOf(contentType: string | null): Transport {
   if (contentType?.startsWith('application/grpc-web')) return 'grpc-web';
@@ -26,8 +23,7 @@ function transportOf(contentType: string | null): Transport {
 export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, observe?: CallObserver): Interceptor {
   return (next) => async (req) => {
     const started = process.hrtime.bigint();
-    const incoming = req.header.get('x-request-id');
-    const requestId = incoming && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    const requestId = requestIdFrom(req.header.get('x-request-id'));
     const transport = req.contextValues.get(transportKey) ?? transportOf(req.header.get('content-type'));
     req.contextValues.set(requestIdKey, requestId);
     req.contextValues.set(transportKey, transport);

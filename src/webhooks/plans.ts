@@ -3,14 +3,14 @@ import type { Organization } from '../db';
 import { apiError } from '../errors';
 
 /** Webhook deliveries per calendar month (UTC) by plan; Enterprise is set per organization. */
-export const MONTHLY_DELIVERIES: Record<Exclude<Organization['plan'], 'enterprise'>, number> = {
+const MONTHLY_DELIVERIES: Record<Exclude<Organization['plan'], 'enterprise'>, number> = {
   starter: 0,
   agency: 0,
   scale: 100_000,
   command: 500_000,
 };
 
-export function monthlyLimitOf(organization: Pick<Organization, 'plan' | 'monthlyDeliveryQuota'>): number {
+function monthlyLimitOf(organization: Pick<Organization, 'plan' | 'monthlyDeliveryQuota'>): number {
   return organization.plan === 'enterprise' ? (organization.monthlyDeliveryQuota ?? 0) : MONTHLY_DELIVERIES[organization.plan];
 }
 

@@ -165,7 +165,7 @@ function endpointMessage(e: Pick<WebhookEndpoint, 'id' | 'url' | 'description' |
   });
 }
 
-export function deliveryMessage(d: WebhookDelivery): DeliveryMessage {
+function deliveryMessage(d: WebhookDelivery): DeliveryMessage {
   return create(DeliveryMessageSchema, {
     id: d.id,
     endpointId: d.endpointId,
