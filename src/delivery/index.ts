@@ -9,3 +9,4 @@ export { signatureFor, signedHeaders, SIGNATURE_HEADER, TIMESTAMP_HEADER } from 
 export { verifyWebhook, WebhookVerificationError } from './verify';
 export { recentDeliveriesByEndpoint, RECENT_DELIVERIES } from './store';
 export { readKillSwitch, writeKillSwitch, GLOBAL_SCOPE, type KillSwitchState } from './kill-switch';
+export { PendingDeliverySweeper } from './pending-sweeper';

@@ -16,6 +16,7 @@ import {
   activitiesFromConfig,
   createTemporalClient,
   EmbeddedDeliveryEngine,
+  PendingDeliverySweeper,
   TemporalDeliveryEngine,
   type DeliveryActivities,
   type DeliveryEngine,
@@ -92,8 +93,17 @@ async function deliveryEngineFor(
       taskQueue: config.temporal.taskQueue,
       searchAttributes: config.temporal.searchAttributes,
     });
+    const sweeper = new PendingDeliverySweeper({ orm: deps.orm, engine, logger: deps.logger, intervalMs: 30_000, olderThanMs: 60_000, now: deps.now });
+    sweeper.begin();
     deps.logger.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue }, 'deliveries run on Temporal');
-    return { engine, embedded: null, close: () => temporal.close() };
+    return {
+      engine,
+      embedded: null,
+      async close() {
+        await sweeper.close();
+        await temporal.close();
+      },
+    };
   }
   const embedded = new EmbeddedDeliveryEngine({ ...deps, pollIntervalMs: config.delivery.pollIntervalMs });
   deps.logger.info('deliveries run on the embedded engine (no TEMPORAL_ADDRESS)');
