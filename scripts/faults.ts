@@ -17,6 +17,7 @@ import { openDatabase, migrate } from '../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../src/auth';
 import { makeTestTls } from '../test/support/tls';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../test/support/https-receiver';
+import { serviceNodeFlags } from './service-node-flags';
 
 const ROOT = path.resolve(__dirname, '..');
 const ADMIN_URL = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -49,19 +50,39 @@ interface Service {
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
+/** The last lines every service printed, shown when the script fails, so a failure explains itself. */
+const serviceOutput: string[] = [];
+function keepOutput(name: string, stream: NodeJS.ReadableStream): void {
+  let partial = '';
+  stream.on('data', (chunk: Buffer) => {
+    const lines = (partial + chunk.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) serviceOutput.push(`[${name}] ${line}`);
+    serviceOutput.splice(0, Math.max(0, serviceOutput.length - 60));
+  });
+}
+let servicesStarted = 0;
+
 const children = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const child of children) child.kill('SIGKILL');
 });
 
 async function startService(env: Record<string, string>): Promise<Service> {
-  const child = spawn(process.execPath, [require.resolve('tsx/cli'), 'src/server/main.ts'], {
+  const child = spawn(process.execPath, [require.resolve('tsx/cli'), ...serviceNodeFlags(ROOT), 'src/server/main.ts'], {
     cwd: ROOT,
     env: { ...process.env, NODE_ENV: 'test', PORT: '0', LOG_LEVEL: 'info', DATABASE_URL, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.add(child);
+  const name = `service ${++servicesStarted} pid ${child.pid}`;
+  keepOutput(name, child.stdout!);
+  keepOutput(name, child.stderr!);
+  let stopping = false;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.once('exit', (code, signal) => {
+    if (!stopping) serviceOutput.push(`[${name}] exited unexpectedly (code ${code}, signal ${signal})`);
+  });
   child.once('exit', () => children.delete(child));
   const url = await new Promise<string>((resolve, reject) => {
     let buffer = '';
@@ -82,6 +103,7 @@ async function startService(env: Record<string, string>): Promise<Service> {
     url,
     process: child,
     async stop(signal = 'SIGTERM') {
+      stopping = true;
       child.kill(signal);
       await exited;
     },
@@ -278,11 +300,14 @@ async function main(): Promise<void> {
       const paths = Array.from({ length: 20 }, (_, i) => `p${i}`);
       const receiver = await startHttpsReceiver({
         tls,
-        respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 2 ? { status: 503 } : { status: 200 })]))),
+        // Four failures at 300 ms apart keep every delivery retrying while PostgreSQL restarts.
+        respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 4 ? { status: 503 } : { status: 200 })]))),
       });
       const service = await startService(env);
       const ids: string[] = [];
       for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+      const before = await sql<{ n: number }>(`select count(*)::int as n from webhook_deliveries where id = any($1) and status not in ('delivered', 'dead_lettered')`, [ids]);
+      console.log(`  restarted with ${before[0]?.n} of ${ids.length} deliveries unfinished`);
       execFileSync('pg_ctlcluster', [...cluster, 'restart']);
       counts.faultsInjected++;
       const settled = await waitUntilSettled(ids, 120_000);
@@ -335,11 +360,13 @@ async function main(): Promise<void> {
   );
   check(counts.lost === 0 && counts.sentTwice === 0, 'nothing lost, nothing sent twice');
   console.log(`${violations.length === 0 ? 'faults: all checks passed' : `faults: ${violations.length} check(s) failed`}`);
+  if (violations.length > 0) console.error(`last lines the services printed:\n${serviceOutput.join('\n')}`);
   process.exit(violations.length === 0 ? 0 : 1);
 }
 
 main().catch(async (error: unknown) => {
-  console.error(error);
+  console.error(error, (error as { cause?: unknown }).cause ?? '');
+  console.error(`last lines the services printed:\n${serviceOutput.join('\n')}`);
   await sql(`drop database if exists ${DATABASE} with (force)`, [], ADMIN_URL).catch(() => undefined);
   process.exit(2);
 });

@@ -122,20 +122,26 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
 
   /**
    * One step of the workflow: an attempt, then what the workflow would do with its outcome.
-   * Every outcome the activity records also releases the lease; a crash leaves it to expire.
+   * Every outcome the activity records also releases the lease. Anything that fails on the
+   * way (the database gone mid-step, say) is logged and left to the lease: when it expires
+   * the delivery is claimed again, so a step never ends in an unhandled rejection.
    */
   private async run(ref: DeliveryRef): Promise<void> {
+    try {
+      await this.step(ref);
+    } catch (error) {
+      this.options.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery step failed; it is retried after its lease');
+    }
+  }
+
+  private async step(ref: DeliveryRef): Promise<void> {
     try {
       await this.options.activities.attemptDelivery(ref);
     } catch (error) {
       const type = error instanceof ApplicationFailure ? error.type : null;
-      if (type === FAILURE_TYPES.attemptsExhausted) {
-        await this.options.activities.deadLetter(ref);
-      } else if (type === FAILURE_TYPES.attemptFailed) {
-        await this.deadLetterIfExhausted(ref);
-      } else if (type !== FAILURE_TYPES.endpointGone) {
-        this.options.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery attempt crashed; it is retried after its lease');
-      }
+      if (type === FAILURE_TYPES.attemptsExhausted) await this.options.activities.deadLetter(ref);
+      else if (type === FAILURE_TYPES.attemptFailed) await this.deadLetterIfExhausted(ref);
+      else if (type !== FAILURE_TYPES.endpointGone) throw error;
     }
   }
 
