@@ -1,6 +1,5 @@
-import { getOption } from '@bufbuild/protobuf';
 import { ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
-import { access } from '../gen/publishing/v1/access_pb';
+import { accessOf } from '../auth/access';
 import { entityManagerKey } from '../db/context';
 import { principalKey } from '../auth/principal';
 import { requestIdKey } from '../context';
@@ -32,7 +31,7 @@ export function noteAuditTarget(ctx: Pick<HandlerContext, 'values'>, targetId: s
  */
 export function createAuditInterceptor(logger: Logger): Interceptor {
   return (next) => async (req) => {
-    const action = getOption(req.method, access).auditAction;
+    const action = accessOf(req.method).auditAction;
     const principal = req.contextValues.get(principalKey);
     const em = req.contextValues.get(entityManagerKey);
     if (!action || principal?.kind !== 'customer' || !em) return next(req);

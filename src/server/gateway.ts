@@ -91,7 +91,11 @@ export class RestGateway {
     const authorization = req.headers['authorization'];
     if (typeof authorization === 'string') header.set('authorization', authorization);
     const abort = new AbortController();
-    res.once('close', () => abort.abort());
+    // Only a caller gone before the answer is complete cancels the call; aborting every
+    // finished call would build a DOMException per request for nobody.
+    res.once('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
     const contextValues = createContextValues().set(transportKey, 'rest');
     const answer = await route.handler({
       httpVersion: '1.1',

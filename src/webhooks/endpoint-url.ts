@@ -31,6 +31,19 @@ const LOOPBACK_ADDRESSES = ['127.0.0.1', '::1'];
 const METADATA_NAMES = new Set(['metadata.google.internal', 'metadata.goog']);
 const PRIVATE_SUFFIXES = ['.internal', '.local', '.localdomain', '.home.arpa', '.intranet', '.lan', '.corp'];
 
+/** Policies by allow-list: the list comes from configuration, so this holds one or two. */
+const policies = new Map<string, AddressPolicy>();
+
+function policyFor(allowCidrs: readonly string[]): AddressPolicy {
+  const key = allowCidrs.join(',');
+  let policy = policies.get(key);
+  if (!policy) {
+    policy = createAddressPolicy(allowCidrs);
+    if (policies.size < 16) policies.set(key, policy);
+  }
+  return policy;
+}
+
 const fail = (code: EndpointUrlErrorCode, message: string): EndpointUrlCheck => ({ ok: false, code, message });
 
 export function validateEndpointUrl(raw: unknown, options: { allowCidrs?: string[] } = {}): EndpointUrlCheck {
@@ -64,7 +77,7 @@ export function validateEndpointUrl(raw: unknown, options: { allowCidrs?: string
     return fail('WEBHOOK_URL_TOO_LONG', `The webhook URL must be at most ${MAX_ENDPOINT_URL_LENGTH} characters long once normalised.`);
   }
 
-  const policy = createAddressPolicy(options.allowCidrs ?? []);
+  const policy = policyFor(options.allowCidrs ?? []);
   const refusal = checkHost(url.hostname, policy);
   if (refusal) return fail('WEBHOOK_URL_FORBIDDEN_ADDRESS', refusal);
   return { ok: true, url: url.href };

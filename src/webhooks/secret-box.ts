@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createSecretKey, randomBytes, type KeyObject } from 'node:crypto';
 
 /**
  * Webhook signing secrets at rest: AES-256-GCM under a key named by id, so keys can be
@@ -15,11 +15,15 @@ export interface SealedSecret {
 }
 
 export class SecretBox {
+  /** Key objects made once: building one from raw bytes on every seal costs more than the sealing. */
+  private readonly keys: ReadonlyMap<string, KeyObject>;
+
   constructor(
-    private readonly keys: ReadonlyMap<string, Buffer>,
+    keys: ReadonlyMap<string, Buffer>,
     readonly currentKeyId: string,
   ) {
     if (!keys.has(currentKeyId)) throw new Error(`no secret encryption key "${currentKeyId}"`);
+    this.keys = new Map([...keys].map(([id, key]) => [id, createSecretKey(key)]));
   }
 
   seal(secret: string, endpointId: string): SealedSecret {
@@ -40,7 +44,7 @@ export class SecretBox {
     return Buffer.concat([decipher.update(body), decipher.final()]).toString('utf8');
   }
 
-  private key(id: string): Buffer {
+  private key(id: string): KeyObject {
     const key = this.keys.get(id);
     if (!key) throw new Error(`no secret encryption key "${id}"`);
     return key;
