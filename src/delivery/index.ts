@@ -7,6 +7,6 @@ export { workflowIdFor } from './workflow-id';
 export { createOutboundClient, OutboundError, type OutboundClient } from './outbound';
 export { signatureFor, signedHeaders, SIGNATURE_HEADER, TIMESTAMP_HEADER } from './signing';
 export { verifyWebhook, WebhookVerificationError } from './verify';
-export { recentDeliveriesByEndpoint, RECENT_DELIVERIES } from './store';
+export { listedDelivery, recentDeliveriesByEndpoint, RECENT_DELIVERIES, type ListedDelivery } from './store';
 export { readKillSwitch, writeKillSwitch, GLOBAL_SCOPE, type KillSwitchState } from './kill-switch';
 export { PendingDeliverySweeper } from './pending-sweeper';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { create } from '@bufbuild/protobuf';
-import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import { timestampFromDate, timestampFromMs } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import {
   WebhookDeliverySchema as DeliveryMessageSchema,
@@ -25,11 +25,10 @@ import {
   pageOf,
   pageSizeOf,
   type EntityManager,
-  type WebhookDelivery,
   type WebhookEndpoint,
 } from '../db';
 import { apiError } from '../errors';
-import { recentDeliveriesByEndpoint, workflowIdFor, type DeliveryEngine } from '../delivery';
+import { listedDelivery, recentDeliveriesByEndpoint, workflowIdFor, type DeliveryEngine, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
@@ -81,7 +80,8 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
     const id = randomUUID();
     const signingSecret = newSigningSecret();
     const sealed = this.deps.secrets.seal(signingSecret, id);
-    const endpoint = em.create(WebhookEndpointSchema, {
+    const now = new Date(this.deps.now());
+    await insertEndpoint(em, {
       id,
       organizationId: principal.organizationId,
       url: url.url,
@@ -89,9 +89,9 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       eventNames,
       secretKeyId: sealed.keyId,
       secretCiphertext: sealed.ciphertext,
+      createdAt: now,
     });
-    await em.flush();
-    return { endpoint: endpointMessage(endpoint, []), signingSecret };
+    return { endpoint: endpointMessage({ id, url: url.url, description, eventNames, disabledAt: null, createdAt: now }, []), signingSecret };
   }
 
   async testWebhook(req: TestWebhookRequest, ctx: HandlerContext) {
@@ -131,7 +131,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       { deliveryId: delivery.id, ...ref },
       { eventType: 'webhook.test', targetHost: new URL(endpoint.url).host },
     );
-    return { delivery: deliveryMessage(delivery) };
+    return { delivery: deliveryMessage(listedDelivery(delivery)) };
   }
 
   async deleteWebhook(req: DeleteWebhookRequest, ctx: HandlerContext) {
@@ -152,7 +152,24 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
   }
 }
 
-function endpointMessage(e: Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'disabledAt' | 'createdAt'>, recent: WebhookDelivery[]): EndpointMessage {
+/**
+ * One insert statement: creating an endpoint writes one row, and the unit of work's
+ * change tracking cost about a sixth of the call's CPU (README, Benchmarks).
+ */
+async function insertEndpoint(
+  em: EntityManager,
+  row: Pick<WebhookEndpoint, 'id' | 'organizationId' | 'url' | 'description' | 'eventNames' | 'secretKeyId' | 'secretCiphertext' | 'createdAt'>,
+): Promise<void> {
+  await em.execute(
+    `insert into webhook_endpoints
+       (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
+     values (?, ?, ?, ?, ?::text[], ?, ?, ?, ?)`,
+    [row.id, row.organizationId, row.url, row.description, em.getPlatform().marshallArray(row.eventNames), row.secretKeyId, row.secretCiphertext, row.createdAt, row.createdAt],
+    'run',
+  );
+}
+
+function endpointMessage(e: Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'disabledAt' | 'createdAt'>, recent: ListedDelivery[]): EndpointMessage {
   return create(EndpointMessageSchema, {
     id: e.id,
     url: e.url,
@@ -165,20 +182,15 @@ function endpointMessage(e: Pick<WebhookEndpoint, 'id' | 'url' | 'description' |
   });
 }
 
-function deliveryMessage(d: WebhookDelivery): DeliveryMessage {
+function deliveryMessage(d: ListedDelivery): DeliveryMessage {
+  const { nextAttemptAtMs, deliveredAtMs, createdAtMs, updatedAtMs, lastError, lastResponseStatus, ...same } = d;
   return create(DeliveryMessageSchema, {
-    id: d.id,
-    endpointId: d.endpointId,
-    eventId: d.eventId,
-    eventType: d.eventType,
-    status: d.status,
-    attemptCount: d.attemptCount,
-    nextAttemptAt: d.nextAttemptAt ? timestampFromDate(d.nextAttemptAt) : undefined,
-    lastError: d.lastError ?? '',
-    lastResponseStatus: d.lastResponseStatus ?? 0,
-    createdAt: timestampFromDate(d.createdAt),
-    updatedAt: timestampFromDate(d.updatedAt),
-    deliveredAt: d.deliveredAt ? timestampFromDate(d.deliveredAt) : undefined,
-    workflowId: d.workflowId,
+    ...same,
+    nextAttemptAt: nextAttemptAtMs === null ? undefined : timestampFromMs(nextAttemptAtMs),
+    lastError: lastError ?? '',
+    lastResponseStatus: lastResponseStatus ?? 0,
+    createdAt: timestampFromMs(createdAtMs),
+    updatedAt: timestampFromMs(updatedAtMs),
+    deliveredAt: deliveredAtMs === null ? undefined : timestampFromMs(deliveredAtMs),
   });
 }
