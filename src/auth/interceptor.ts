@@ -1,12 +1,12 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
-import { getOption } from '@bufbuild/protobuf';
 import type { Interceptor } from '@connectrpc/connect';
-import { access } from '../gen/publishing/v1/access_pb';
 import { entityManagerKey } from '../db/context';
 import { apiError } from '../errors';
+import { accessOf } from './access';
 import { authenticate } from './api-keys';
 import { ROLE_PERMISSIONS, isPermission } from './permissions';
 import { principalKey } from './principal';
+import type { PrincipalCache } from './principal-cache';
 
 export interface AuthOptions {
   operatorToken: string;
@@ -14,6 +14,8 @@ export interface AuthOptions {
   openServices: readonly string[];
   /** Fully qualified names of services that take the operator credential. */
   operatorServices: readonly string[];
+  /** Authenticated keys kept between calls; every call looks its key up without it. */
+  principals?: PrincipalCache;
 }
 
 function bearerOf(header: string | null): string | null {
@@ -51,7 +53,7 @@ export function createAuthInterceptor(options: AuthOptions): Interceptor {
     if (!presented) throw apiError('API_KEY_INVALID', 'The Authorization header must be "Bearer <key>".');
     const em = req.contextValues.get(entityManagerKey);
     if (!em) throw new Error('request context has no EntityManager');
-    const result = await authenticate(em, presented);
+    const result = await authenticate(em, presented, options.principals);
     if (!result.ok) {
       throw apiError(
         result.code,
@@ -72,7 +74,7 @@ export function createAuthorizeInterceptor(): Interceptor {
   return (next) => async (req) => {
     const principal = req.contextValues.get(principalKey);
     if (principal?.kind !== 'customer') return next(req);
-    const permission = getOption(req.method, access).permission;
+    const permission = accessOf(req.method).permission;
     if (!isPermission(permission)) {
       throw apiError('PERMISSION_DENIED', `${req.method.name} is not available to API keys.`);
     }

@@ -2,12 +2,16 @@ import { MikroORM, type EntityManager, type Options } from '@mikro-orm/postgresq
 import { Migrator } from '@mikro-orm/migrations';
 import { ENTITIES } from './entities';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
+import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
 
 export type { EntityManager };
 export { MikroORM };
 
 /** Migrations in order. Listed explicitly so the same list runs under tsx, jest and a bundle. */
-const MIGRATIONS = [{ name: 'Migration20261121000000Initial', class: Migration20261121000000Initial }];
+const MIGRATIONS = [
+  { name: 'Migration20261121000000Initial', class: Migration20261121000000Initial },
+  { name: 'Migration20261121000001PrincipalNotices', class: Migration20261121000001PrincipalNotices },
+];
 
 export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Options {
   return {

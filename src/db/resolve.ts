@@ -7,6 +7,8 @@ export interface ResolvedDatabase {
   url: string;
   /** Pool size the database can take (the embedded server serves a few connections only). */
   poolMax: number;
+  /** True for the embedded PGlite server: one session behind every connection. */
+  embedded: boolean;
   /** Stops what was started for the database (the embedded server), if anything. */
   stop(): Promise<void>;
 }
@@ -42,7 +44,7 @@ export async function resolveDatabaseUrl(
 ): Promise<ResolvedDatabase> {
   if (configured) {
     logger.info({ database: redact(configured) }, 'using DATABASE_URL');
-    return { url: configured, poolMax: 10, stop: async () => undefined };
+    return { url: configured, poolMax: 10, embedded: false, stop: async () => undefined };
   }
   if (await answers(local.host, local.port)) {
     const admin = new Client({ host: local.host, port: local.port, user: 'postgres', database: 'postgres' });
@@ -52,7 +54,7 @@ export async function resolveDatabaseUrl(
       if (exists.rowCount === 0) await admin.query(`create database ${DEV_DATABASE}`);
       const url = `postgres://postgres@${local.host}:${local.port}/${DEV_DATABASE}`;
       logger.info({ database: url }, 'no DATABASE_URL: using the local PostgreSQL');
-      return { url, poolMax: 10, stop: async () => undefined };
+      return { url, poolMax: 10, embedded: false, stop: async () => undefined };
     } catch (error) {
       logger.warn({ err: error }, 'local PostgreSQL answered but could not be used; falling back to embedded PGlite');
     } finally {
@@ -70,6 +72,7 @@ export async function resolveDatabaseUrl(
   return {
     url,
     poolMax: maxConnections,
+    embedded: true,
     stop: async () => {
       await server.stop();
       await db.close();

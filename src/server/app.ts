@@ -6,7 +6,7 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Config } from '../config';
 import { createLogger, type Logger } from '../config/logger';
 import { openDatabase, migrate, type MikroORM } from '../db';
-import { createAuthInterceptor, createAuthorizeInterceptor } from '../auth';
+import { PrincipalCache, createAuthInterceptor, createAuthorizeInterceptor } from '../auth';
 import { createAuditInterceptor } from '../audit';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
@@ -72,6 +72,11 @@ export interface BuildOptions {
   logger?: Logger;
   /** The clock every rule reads (state expiry, schedules); tests move it. */
   now?: () => number;
+  /**
+   * Keep authenticated API keys between calls (default true). Needs LISTEN/NOTIFY across
+   * sessions, which the embedded PGlite server, one session for all, cannot give.
+   */
+  cachePrincipals?: boolean;
 }
 
 export interface Deliveries {
@@ -139,6 +144,8 @@ export async function start(options: BuildOptions): Promise<App> {
   const limiterPool = new Pool({ connectionString: String(orm.config.get('clientUrl')), max: 2 });
   // An idle client dies when PostgreSQL restarts; without a listener that error would end the process.
   limiterPool.on('error', (error) => logger.warn({ err: error }, 'rate-limit pool lost a connection'));
+  const principals = options.cachePrincipals === false ? undefined : new PrincipalCache({ connectionString: String(orm.config.get('clientUrl')), logger });
+  await principals?.start();
   const activities = activitiesFromConfig(config, { orm, logger, now, onEvent: (event) => metrics.observeDelivery(event) });
   const delivery = await deliveryEngineFor(config, { orm, activities, logger, now });
   const embedded = delivery.embedded;
@@ -175,6 +182,7 @@ export async function start(options: BuildOptions): Promise<App> {
         // proto/ API, nothing tenant-specific), so tools can discover it without a key.
         openServices: [Health.typeName, ...REFLECTION_SERVICES.map((s) => s.typeName)],
         operatorServices: [OperatorService.typeName],
+        principals,
       }),
       createAuditInterceptor(logger),
       createAuthorizeInterceptor(),
@@ -251,6 +259,7 @@ export async function start(options: BuildOptions): Promise<App> {
     async close() {
       await listener.shutdown(10_000);
       await delivery.close();
+      await principals?.close();
       await limiterPool.end();
       if (ownsOrm) await orm.close();
     },

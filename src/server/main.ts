@@ -22,7 +22,7 @@ async function main(): Promise<void> {
     const applied = await migrate(orm);
     if (applied.length > 0) logger.info({ applied }, 'migrations applied');
   }
-  const app = await start({ config, orm, logger });
+  const app = await start({ config, orm, logger, cachePrincipals: !database.embedded });
 
   let stopping = false;
   const stop = async (signal: string) => {

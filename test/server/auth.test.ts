@@ -10,6 +10,7 @@ import { revokeApiKey } from '../../src/auth';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest, type TransportName } from '../support/clients';
 import { connectSandboxAccount } from '../support/destinations';
+import { within } from '../support/within';
 
 const RPC_TRANSPORTS: TransportName[] = ['grpc', 'connect', 'grpc-web'];
 
@@ -82,6 +83,10 @@ describe('authentication', () => {
     expect((await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey })).status).toBe(200);
     expect(await revokeApiKey(t.orm.em.fork(), tenant.keyId)).toBe(true);
 
+    // The service kept the key; the revocation reaches it as a PostgreSQL notice, within
+    // milliseconds of the commit (its cache would keep the key for 30 s).
+    const refusedSoon = await within(2_000, async () => (await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey })).status === 401);
+    expect(refusedSoon).toBe(true);
     const response = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey });
     expect({ status: response.status, code: response.body.code }).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
     for (const name of RPC_TRANSPORTS) {
