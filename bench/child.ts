@@ -84,6 +84,8 @@ export interface SegmentCommand {
   seconds?: number;
   /** A number of operations instead of a duration (autocannon only). */
   amount?: number;
+  /** A fixed offered load in requests per second, evenly spaced (load-http only); none: as fast as answered. */
+  rate?: number;
   recordLatencies?: boolean;
 }
 

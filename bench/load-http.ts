@@ -4,6 +4,7 @@
  * requests. Latencies, when asked for, come from autocannon's `response` event (float
  * milliseconds of each 2xx response, not the 1 ms histogram buckets).
  */
+import http from 'node:http';
 import autocannon from 'autocannon';
 import { input, runMain, serveSegments, type Segment } from './child';
 
@@ -41,11 +42,64 @@ function run(spec: HttpLoadInput, phase: { seconds?: number; amount?: number }, 
   });
 }
 
+/**
+ * Open-loop load at a fixed rate: one request every 1000 / rate ms, evenly spaced (not a
+ * burst at the top of each second, as autocannon's rate limiting sends), over keep-alive
+ * connections, each latency from sending to the last byte of the answer. A request that
+ * would have to wait for a free connection is sent on a new one, so a slow answer does not
+ * delay the next request.
+ */
+async function paced(spec: HttpLoadInput, seconds: number, rate: number): Promise<Omit<Segment, 'cpuSeconds'>> {
+  const target = new URL(spec.url);
+  const agent = new http.Agent({ keepAlive: true });
+  const latencies: number[] = [];
+  const statusCodes: Record<string, number> = {};
+  let ok = 0;
+  let non2xx = 0;
+  let errors = 0;
+  let firstError: string | null = null;
+  const once = () =>
+    new Promise<void>((resolve) => {
+      const t0 = performance.now();
+      const req = http.request({ host: target.hostname, port: target.port, path: `${target.pathname}${target.search}`, method: spec.method ?? 'GET', headers: spec.headers, agent }, (res) => {
+        res.on('data', () => undefined);
+        res.on('end', () => {
+          const status = res.statusCode ?? 0;
+          statusCodes[status] = (statusCodes[status] ?? 0) + 1;
+          if (status >= 200 && status < 300) {
+            ok++;
+            latencies.push(Math.round((performance.now() - t0) * 1000) / 1000);
+          } else non2xx++;
+          resolve();
+        });
+      });
+      req.on('error', (error) => {
+        errors++;
+        firstError ??= error.message;
+        resolve();
+      });
+      req.end(spec.body);
+    });
+  const interval = 1000 / rate;
+  const total = Math.round(seconds * rate);
+  const started = performance.now();
+  const pending: Promise<void>[] = [];
+  for (let i = 0; i < total; i++) {
+    const wait = started + i * interval - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    pending.push(once());
+  }
+  await Promise.all(pending);
+  agent.destroy();
+  return { ok, non2xx, errors, seconds: (performance.now() - started) / 1000, firstError, statusCodes, latencies };
+}
+
 runMain(async () => {
   const spec = input<HttpLoadInput>();
   await serveSegments({
     warmup: () => (spec.warmupSeconds > 0 ? run(spec, { seconds: spec.warmupSeconds }) : Promise.resolve()),
     async segment(command): Promise<Omit<Segment, 'cpuSeconds'>> {
+      if (command.rate !== undefined) return paced(spec, command.seconds ?? 1, command.rate);
       const latencies: number[] = [];
       const onLatency = command.recordLatencies ? (ms: number) => latencies.push(Math.round(ms * 1000) / 1000) : undefined;
       const result = await run(spec, { seconds: command.seconds, amount: command.amount }, onLatency);
