@@ -747,14 +747,25 @@ async function sendGrpcWeb(c: GrpcWebCase): Promise<Outcome> {
   }, requestId);
 }
 
+/**
+ * The answer with its body decoded. A Connect client that compresses its request and sends
+ * no Accept-Encoding gets its answer compressed the same way, error bodies included, once
+ * they pass the compression threshold (a refusal echoing a 1,000-character name does).
+ */
+function decodedBody(answer: RawResponse): RawResponse {
+  if (answer.incomplete || answer.headers['content-encoding']?.[0] !== 'gzip') return answer;
+  return { ...answer, body: gunzipSync(answer.body) };
+}
+
 function judgeHttp1Rpc(
   protocol: string,
   method: DescMethod,
-  answer: RawResponse,
+  raw: RawResponse,
   rules: { allow: Code[]; allowBare: (status: number) => boolean; allow501: boolean; grpcWeb: boolean; gzipOverLimit: boolean },
   requestId: string,
 ): Outcome {
-  if (answer.incomplete) return { protocol, label: 'no answer', problem: `no answer: ${answer.error ?? 'incomplete'}` };
+  if (raw.incomplete) return { protocol, label: 'no answer', problem: `no answer: ${raw.error ?? 'incomplete'}` };
+  const answer = decodedBody(raw);
   const label = `HTTP ${answer.status}`;
   const artifact = answer.status === 500 && rules.gzipOverLimit && answer.body.toString('utf8') === '{"code":"internal","message":"decompression failed"}';
   if (answer.status >= 500 && !(answer.status === 501 && rules.allow501) && !artifact) {
