@@ -16,6 +16,11 @@ export interface Listener {
 
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 
+/** How much of an HTTP/2 request body left unread by its answer is read and dropped before the stream is cancelled. */
+const DISCARD_LIMIT_BYTES = 64 * 1024 * 1024;
+/** How long a stream whose answer is sent may stay open with its client sending nothing. */
+const DISCARD_IDLE_MS = 1_000;
+
 /**
  * One port for every protocol. `http2.createServer({allowHTTP1: true})` cannot accept
  * cleartext HTTP/1.1, so each connection's first bytes decide: the HTTP/2 preface goes
@@ -31,6 +36,7 @@ export function createListener(handler: RequestHandler): Listener {
       inFlight--;
       if (inFlight === 0) drained?.();
     });
+    if (req instanceof http2.Http2ServerRequest) discardUnreadBody(req);
     handler(req, res);
   };
 
@@ -90,6 +96,39 @@ export function createListener(handler: RequestHandler): Listener {
       await closed;
     },
   };
+}
+
+/**
+ * A request answered before its body was read (413, an unknown route, an oversized gRPC
+ * message) is closed by Node's HTTP/2 server with RST_STREAM(NO_ERROR), as RFC 9113 §8.1
+ * allows, or, if the handler stopped reading part way, left open with the client blocked
+ * on flow control. Node's own HTTP/2 client (so grpc-js and connect-node too) never gives
+ * the unsent bytes back to its session memory budget in either case: after about 10 MiB
+ * of refused bodies on one connection it refuses every new stream with ENHANCE_YOUR_CALM.
+ *
+ * So once the answer is sent, the rest of the body is read and dropped, as Node's
+ * HTTP/1.1 server does. The stream is then closed by the client's END_STREAM; by
+ * RST_STREAM(NO_ERROR) when the client sends nothing for `DISCARD_IDLE_MS` (connect-node
+ * stops writing without ending its side once it has its answer); or by RST_STREAM(CANCEL)
+ * past `DISCARD_LIMIT_BYTES`.
+ *
+ * This has to start on the stream's own 'finish': that is when Node decides whether to
+ * reset a stream nobody is reading.
+ */
+function discardUnreadBody(req: http2.Http2ServerRequest) {
+  const stream = req.stream;
+  stream.once('finish', () => {
+    if (stream.readableEnded || stream.destroyed) return;
+    // The request may already be destroyed by a handler that stopped reading; it takes no more data.
+    stream.removeAllListeners('data');
+    let discarded = 0;
+    stream.on('data', (chunk: Buffer) => {
+      discarded += chunk.length;
+      if (discarded > DISCARD_LIMIT_BYTES) stream.close(http2.constants.NGHTTP2_CANCEL);
+    });
+    stream.setTimeout(DISCARD_IDLE_MS, () => stream.close(http2.constants.NGHTTP2_NO_ERROR));
+    stream.resume();
+  });
 }
 
 /**
