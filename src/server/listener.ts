@@ -16,10 +16,17 @@ export interface Listener {
 
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 
-/** How much of an HTTP/2 request body left unread by its answer is read and dropped before the stream is cancelled. */
-const DISCARD_LIMIT_BYTES = 64 * 1024 * 1024;
-/** How long a stream whose answer is sent may stay open with its client sending nothing. */
-const DISCARD_IDLE_MS = 1_000;
+/** Bounds on reading and dropping an HTTP/2 request body its answer did not need. */
+export interface DiscardLimits {
+  /** Bytes read and dropped before the stream is cancelled. */
+  bytes: number;
+  /** How long the client may send nothing before the stream is closed. */
+  idleMs: number;
+  /** How long the stream may stay open after its answer, however the client sends. */
+  totalMs: number;
+}
+
+const DISCARD_LIMITS: DiscardLimits = { bytes: 64 * 1024 * 1024, idleMs: 1_000, totalMs: 30_000 };
 
 /**
  * One port for every protocol. `http2.createServer({allowHTTP1: true})` cannot accept
@@ -27,7 +34,8 @@ const DISCARD_IDLE_MS = 1_000;
  * to the h2c server (gRPC, Connect over h2), anything else to the HTTP/1.1 server
  * (REST, Connect, gRPC-web).
  */
-export function createListener(handler: RequestHandler): Listener {
+export function createListener(handler: RequestHandler, options: { discard?: Partial<DiscardLimits> } = {}): Listener {
+  const discard = { ...DISCARD_LIMITS, ...options.discard };
   let inFlight = 0;
   let drained: (() => void) | null = null;
   const tracked: RequestHandler = (req, res) => {
@@ -36,7 +44,7 @@ export function createListener(handler: RequestHandler): Listener {
       inFlight--;
       if (inFlight === 0) drained?.();
     });
-    if (req instanceof http2.Http2ServerRequest) discardUnreadBody(req);
+    if (req instanceof http2.Http2ServerRequest) discardUnreadBody(req, discard);
     handler(req, res);
   };
 
@@ -107,15 +115,15 @@ export function createListener(handler: RequestHandler): Listener {
  * of refused bodies on one connection it refuses every new stream with ENHANCE_YOUR_CALM.
  *
  * So once the answer is sent, the rest of the body is read and dropped, as Node's
- * HTTP/1.1 server does. The stream is then closed by the client's END_STREAM; by
- * RST_STREAM(NO_ERROR) when the client sends nothing for `DISCARD_IDLE_MS` (connect-node
- * stops writing without ending its side once it has its answer); or by RST_STREAM(CANCEL)
- * past `DISCARD_LIMIT_BYTES`.
+ * HTTP/1.1 server does. The stream then ends with the client's END_STREAM; with
+ * RST_STREAM(NO_ERROR) when the client sends nothing for `idleMs` (connect-node stops
+ * writing without ending its side once it has its answer); or with RST_STREAM(CANCEL)
+ * past `bytes` or `totalMs`, so a client cannot hold a stream open by trickling.
  *
  * This has to start on the stream's own 'finish': that is when Node decides whether to
  * reset a stream nobody is reading.
  */
-function discardUnreadBody(req: http2.Http2ServerRequest) {
+function discardUnreadBody(req: http2.Http2ServerRequest, limits: DiscardLimits) {
   const stream = req.stream;
   stream.once('finish', () => {
     if (stream.readableEnded || stream.destroyed) return;
@@ -124,9 +132,11 @@ function discardUnreadBody(req: http2.Http2ServerRequest) {
     let discarded = 0;
     stream.on('data', (chunk: Buffer) => {
       discarded += chunk.length;
-      if (discarded > DISCARD_LIMIT_BYTES) stream.close(http2.constants.NGHTTP2_CANCEL);
+      if (discarded > limits.bytes) stream.close(http2.constants.NGHTTP2_CANCEL);
     });
-    stream.setTimeout(DISCARD_IDLE_MS, () => stream.close(http2.constants.NGHTTP2_NO_ERROR));
+    stream.setTimeout(limits.idleMs, () => stream.close(http2.constants.NGHTTP2_NO_ERROR));
+    const cutOff = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), limits.totalMs);
+    stream.once('close', () => clearTimeout(cutOff));
     stream.resume();
   });
 }

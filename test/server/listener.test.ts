@@ -3,6 +3,7 @@ import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { Health, HealthCheckResponse_ServingStatus } from '../../src/gen/grpc/health/v1/health_pb';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
+import { createListener } from '../../src/server/listener';
 import { startTestApp, type TestApp } from '../support/app';
 import { client, rest } from '../support/clients';
 
@@ -125,6 +126,37 @@ describe('refusing a request body it did not read', () => {
       expect(sent).toBeLessThan(128 * chunk.length);
     } finally {
       session.close();
+    }
+  });
+
+  it('cancels a refused stream whose client keeps trickling bytes past the time bound', async () => {
+    const listener = createListener(
+      (_req, res) => {
+        res.statusCode = 404;
+        res.end();
+      },
+      { discard: { totalMs: 500 } },
+    );
+    await new Promise<void>((resolve) => listener.server.listen(0, '127.0.0.1', resolve));
+    const { port } = listener.server.address() as { port: number };
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      const trickle = session.request({ ':method': 'POST', ':path': '/' });
+      let status = 0;
+      trickle.on('response', (h) => (status = Number(h[':status'])));
+      trickle.on('error', () => undefined);
+      trickle.resume();
+      const started = Date.now();
+      // A kilobyte every 100 ms: never idle for the 1 s idle bound, so only the time bound ends it.
+      while (!trickle.closed && Date.now() - started < 5_000) {
+        trickle.write(Buffer.alloc(1024, 'a'));
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect({ closed: trickle.closed, status, rstCode: trickle.rstCode }).toEqual({ closed: true, status: 404, rstCode: http2.constants.NGHTTP2_CANCEL });
+      expect(Date.now() - started).toBeLessThan(2_000);
+    } finally {
+      session.close();
+      await listener.shutdown(1_000);
     }
   });
 });
