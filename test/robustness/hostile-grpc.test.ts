@@ -15,7 +15,6 @@ import { create, fromBinary, toBinary, toJson, ScalarType, type DescField, type 
 import { BinaryWriter, WireType } from '@bufbuild/protobuf/wire';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport, Http2SessionManager } from '@connectrpc/connect-node';
-import { revokeApiKey } from '../../src/auth';
 import { validateEndpointUrl } from '../../src/webhooks/endpoint-url';
 import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 import { Health } from '../../src/gen/grpc/health/v1/health_pb';
@@ -40,22 +39,19 @@ import {
   stillAlive,
   type GrpcExpectations,
   type RawResponse,
+  hostileCallers,
+  type CallerName,
 } from './support';
 
 const TOTAL_REQUESTS = 5_000;
 const CONCURRENCY = 16;
 
 let t: TestApp;
-type KeyName = 'noScopes' | 'allScopes' | 'revoked';
-const keys: Record<KeyName, string> = { noScopes: '', allScopes: '', revoked: '' };
+let keys: Record<CallerName, string>;
 
 beforeAll(async () => {
   t = await startTestApp();
-  keys.noScopes = (await t.tenant({ scopes: [] })).apiKey;
-  keys.allScopes = (await t.tenant()).apiKey;
-  const revoked = await t.tenant();
-  await revokeApiKey(t.orm.em.fork(), revoked.keyId);
-  keys.revoked = revoked.apiKey;
+  keys = await hostileCallers(t);
 });
 afterAll(async () => {
   await t?.close();
@@ -219,15 +215,15 @@ function encodeUnknown(fields: { no: number; wire: WireType; value: unknown }[])
 // Callers
 
 type Caller =
-  | { t: 'key'; key: KeyName }
+  | { t: 'key'; key: CallerName }
   | { t: 'none' }
   | { t: 'garbage'; value: string }
   | { t: 'huge'; bytes: number }
-  | { t: 'duplicate'; first: KeyName; second: KeyName | 'garbage' };
+  | { t: 'duplicate'; first: CallerName; second: CallerName | 'garbage' };
 
 const printable = fc.string({ maxLength: 60 }).map((s) => s.replace(/[^\x20-\x7e]/g, 'x'));
 const caller: fc.Arbitrary<Caller> = fc.oneof(
-  { weight: 8, arbitrary: fc.constantFrom<KeyName>('allScopes', 'allScopes', 'noScopes', 'revoked').map((key) => ({ t: 'key' as const, key })) },
+  { weight: 8, arbitrary: fc.constantFrom<CallerName>('allScopes', 'allScopes', 'noScopes', 'revoked').map((key) => ({ t: 'key' as const, key })) },
   { weight: 1, arbitrary: fc.constant({ t: 'none' as const }) },
   {
     weight: 2,
@@ -239,7 +235,7 @@ const caller: fc.Arbitrary<Caller> = fc.oneof(
   {
     weight: 1,
     arbitrary: fc
-      .record({ first: fc.constantFrom<KeyName>('allScopes', 'noScopes'), second: fc.constantFrom<KeyName | 'garbage'>('allScopes', 'noScopes', 'garbage') })
+      .record({ first: fc.constantFrom<CallerName>('allScopes', 'noScopes'), second: fc.constantFrom<CallerName | 'garbage'>('allScopes', 'noScopes', 'garbage') })
       .map((d) => ({ t: 'duplicate' as const, ...d })),
   },
 );

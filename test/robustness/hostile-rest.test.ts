@@ -9,7 +9,6 @@ import http2 from 'node:http2';
 import fc from 'fast-check';
 import { ScalarType } from '@bufbuild/protobuf';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
-import { revokeApiKey } from '../../src/auth';
 import { validateEndpointUrl } from '../../src/webhooks/endpoint-url';
 import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
@@ -28,6 +27,8 @@ import {
   snapshotDomain,
   stillAlive,
   type RawResponse,
+  hostileCallers,
+  type CallerName,
 } from './support';
 
 const TOTAL_REQUESTS = 8_000;
@@ -37,18 +38,11 @@ const NODE_MAX_HEADER_BYTES = 16 * 1024;
 
 let t: TestApp;
 /** Every request is made as one of these callers. */
-const keys: Record<KeyName, string> = { noScopes: '', allScopes: '', revoked: '' };
-type KeyName = 'noScopes' | 'allScopes' | 'revoked';
+let keys: Record<CallerName, string>;
 
 beforeAll(async () => {
   t = await startTestApp();
-  // A key that lacks every scope: any request it makes past parsing is refused before a handler runs.
-  keys.noScopes = (await t.tenant({ scopes: [] })).apiKey;
-  // A key with every scope in an organization with no rows: handlers run, on payloads invalid by construction.
-  keys.allScopes = (await t.tenant()).apiKey;
-  const revoked = await t.tenant();
-  await revokeApiKey(t.orm.em.fork(), revoked.keyId);
-  keys.revoked = revoked.apiKey;
+  keys = await hostileCallers(t);
 });
 afterAll(async () => {
   await t?.close();
@@ -262,14 +256,14 @@ const CONTENT_TYPES = [
 
 type AuthSpec =
   | { t: 'none' }
-  | { t: 'key'; key: KeyName; scheme: string; gap: string; tail: string }
-  | { t: 'duplicate'; first: KeyName | 'garbage'; second: KeyName | 'garbage' }
+  | { t: 'key'; key: CallerName; scheme: string; gap: string; tail: string }
+  | { t: 'duplicate'; first: CallerName | 'garbage'; second: CallerName | 'garbage' }
   | { t: 'huge'; bytes: number }
-  | { t: 'control'; key: KeyName; char: number; at: number }
+  | { t: 'control'; key: CallerName; char: number; at: number }
   | { t: 'obs-text'; bytes: number[] }
   | { t: 'garbage'; value: string };
 
-const keyName = fc.constantFrom<KeyName>('noScopes', 'noScopes', 'allScopes', 'revoked');
+const keyName = fc.constantFrom<CallerName>('noScopes', 'noScopes', 'allScopes', 'revoked');
 const auth: fc.Arbitrary<AuthSpec> = fc.oneof(
   { weight: 2, arbitrary: fc.constant({ t: 'none' as const }) },
   {
@@ -278,7 +272,7 @@ const auth: fc.Arbitrary<AuthSpec> = fc.oneof(
       .record({ key: keyName, scheme: fc.constantFrom('Bearer', 'Bearer', 'bearer', 'BEARER', 'Basic', 'Token', ''), gap: fc.constantFrom(' ', ' ', '  ', '\t', ''), tail: fc.constantFrom('', '', ' ', '\t', ' extra', 'x', '=') })
       .map((a) => ({ t: 'key' as const, ...a })),
   },
-  { weight: 2, arbitrary: fc.record({ first: fc.constantFrom<KeyName | 'garbage'>('noScopes', 'allScopes', 'garbage'), second: fc.constantFrom<KeyName | 'garbage'>('noScopes', 'allScopes', 'garbage') }).map((a) => ({ t: 'duplicate' as const, ...a })) },
+  { weight: 2, arbitrary: fc.record({ first: fc.constantFrom<CallerName | 'garbage'>('noScopes', 'allScopes', 'garbage'), second: fc.constantFrom<CallerName | 'garbage'>('noScopes', 'allScopes', 'garbage') }).map((a) => ({ t: 'duplicate' as const, ...a })) },
   { weight: 1, arbitrary: fc.integer({ min: 7_000, max: 9_000 }).map((bytes) => ({ t: 'huge' as const, bytes })) },
   { weight: 1, arbitrary: fc.record({ key: keyName, char: fc.oneof(fc.integer({ min: 0, max: 8 }), fc.integer({ min: 10, max: 31 }), fc.constant(127)), at: fc.nat({ max: 60 }) }).map((a) => ({ t: 'control' as const, ...a })) },
   { weight: 1, arbitrary: fc.array(fc.integer({ min: 0x80, max: 0xff }), { minLength: 1, maxLength: 20 }).map((bytes) => ({ t: 'obs-text' as const, bytes })) },
@@ -287,7 +281,7 @@ const auth: fc.Arbitrary<AuthSpec> = fc.oneof(
 
 /** A well-formed bearer header: such requests get past authentication and reach the handlers. */
 const wellFormedAuth: fc.Arbitrary<AuthSpec> = fc
-  .constantFrom<KeyName>('allScopes', 'allScopes', 'noScopes')
+  .constantFrom<CallerName>('allScopes', 'allScopes', 'noScopes')
   .map((key) => ({ t: 'key' as const, key, scheme: 'Bearer', gap: ' ', tail: '' }));
 
 interface CaseSpec {
@@ -483,7 +477,7 @@ function parsedObject(bytes: Buffer): Record<string, unknown> | null {
 
 interface Wire {
   spec: CaseSpec;
-  key: KeyName | null;
+  key: CallerName | null;
   request: Buffer;
   h2: { headers: http2.OutgoingHttpHeaders; body: Buffer } | null;
   /** Node's HTTP parser refuses it (control characters, oversized head, unknown method, broken chunking) before the service sees it. */
@@ -493,8 +487,8 @@ interface Wire {
 
 function toWire(spec: CaseSpec): Wire {
   let body = spec.body ? jsonBytes(spec.body) : undefined;
-  const keyOf = (name: KeyName | 'garbage') => (name === 'garbage' ? `pk_live_${'g'.repeat(43)}` : keys[name]);
-  let key: KeyName | null = null;
+  const keyOf = (name: CallerName | 'garbage') => (name === 'garbage' ? `pk_live_${'g'.repeat(43)}` : keys[name]);
+  let key: CallerName | null = null;
   let authorization: string[] = [];
   let malformedHttp = false;
   const a = spec.auth;

@@ -11,6 +11,7 @@ import { codeFromString } from '@connectrpc/connect/protocol-connect';
 import { ErrorInfoSchema, type ErrorInfo } from '../../src/gen/google/rpc/error_details_pb';
 import { findTrailerError } from '@connectrpc/connect/protocol-grpc';
 import { ERRORS } from '../../src/errors';
+import { revokeApiKey } from '../../src/auth';
 import type { TestApp } from '../support/app';
 
 /** The domain tables and how a row is fingerprinted (api_keys.last_used_at moves on every authenticated call). */
@@ -322,6 +323,21 @@ export function restErrorProblem(response: { status: number; body: Buffer; heade
   if (!(parsed.code in ERRORS)) return `code ${parsed.code} is not documented`;
   if (ERRORS[parsed.code as keyof typeof ERRORS][1] !== response.status) return `${parsed.code} answered with HTTP ${response.status}`;
   return null;
+}
+
+export type CallerName = 'noScopes' | 'allScopes' | 'revoked';
+
+/**
+ * The API keys every hostile request is made as: one lacking every scope (refused before a
+ * handler runs), one with every scope in an organization with no rows (handlers run, on
+ * payloads invalid by construction), and one revoked.
+ */
+export async function hostileCallers(t: TestApp): Promise<Record<CallerName, string>> {
+  const noScopes = (await t.tenant({ scopes: [] })).apiKey;
+  const allScopes = (await t.tenant()).apiKey;
+  const revoked = await t.tenant();
+  await revokeApiKey(t.orm.em.fork(), revoked.keyId);
+  return { noScopes, allScopes, revoked: revoked.apiKey };
 }
 
 /** The server still answers its liveness probe. */
