@@ -170,13 +170,111 @@ export const WebhookDeliverySchema = defineEntity({
     lastError: p.text().nullable(),
     lastResponseStatus: p.integer().nullable(),
     workflowId: p.text(),
-    /** Embedded engine: an instance working on the delivery holds it until then. */
+    /** Embedded engine: the instance working on the delivery holds it until then, renewing as it works. */
     leaseUntil: p.datetime().nullable(),
+    /** Embedded engine: which instance holds the lease. */
+    leaseOwner: p.text().nullable(),
     deliveredAt: p.datetime().nullable(),
     ...timestamps,
   },
 });
 export type WebhookDelivery = InferEntity<typeof WebhookDeliverySchema>;
+
+/**
+ * One attempt of a delivery. The row is written before anything leaves; `dispatchedAt`
+ * is set once the connection to the receiver stands and just before the request is
+ * written, so an attempt that never got that far (the process died while connecting)
+ * is not counted and its number is used again.
+ */
+export const DeliveryAttemptSchema = defineEntity({
+  name: 'DeliveryAttempt',
+  tableName: 'delivery_attempts',
+  properties: {
+    deliveryId: p.uuid().primary(),
+    attempt: p.integer().primary(),
+    startedAt: p.datetime(),
+    dispatchedAt: p.datetime().nullable(),
+    finishedAt: p.datetime().nullable(),
+    responseStatus: p.integer().nullable(),
+    error: p.text().nullable(),
+  },
+});
+export type DeliveryAttempt = InferEntity<typeof DeliveryAttemptSchema>;
+
+/** The dead-letter queue: deliveries that used all their attempts. */
+export const DeadLetterSchema = defineEntity({
+  name: 'DeadLetter',
+  tableName: 'dead_letters',
+  properties: {
+    deliveryId: p.uuid().primary(),
+    organizationId: p.uuid(),
+    endpointId: p.uuid(),
+    lastError: p.text().nullable(),
+    createdAt: p.datetime(),
+  },
+});
+export type DeadLetter = InferEntity<typeof DeadLetterSchema>;
+
+/** An operator's kill switch: scope is 'global' or an organization id. */
+export const KillSwitchSchema = defineEntity({
+  name: 'KillSwitch',
+  tableName: 'kill_switches',
+  properties: {
+    scope: p.text().primary(),
+    enabled: p.boolean(),
+    reason: p.text(),
+    updatedAt: p.datetime(),
+  },
+});
+export type KillSwitch = InferEntity<typeof KillSwitchSchema>;
+
+/** Deliveries counted against an organization's monthly quota. */
+export const DeliveryUsageSchema = defineEntity({
+  name: 'DeliveryUsage',
+  tableName: 'delivery_usage',
+  properties: {
+    organizationId: p.uuid().primary(),
+    /** First day of the calendar month (UTC). */
+    month: p.date().primary(),
+    deliveries: p.bigint('number'),
+  },
+});
+export type DeliveryUsage = InferEntity<typeof DeliveryUsageSchema>;
+
+/** rate-limiter-flexible's counters, in the shape its PostgreSQL store requires. */
+export const RateLimitSchema = defineEntity({
+  name: 'RateLimit',
+  tableName: 'rate_limits',
+  properties: {
+    key: p.string().length(255).primary(),
+    points: p.integer(),
+    expire: p.bigint('number').nullable(),
+  },
+});
+export type RateLimit = InferEntity<typeof RateLimitSchema>;
+
+export const AUDIT_OUTCOMES = ['succeeded', 'refused', 'failed'] as const;
+export type AuditOutcome = (typeof AUDIT_OUTCOMES)[number];
+
+/** The append-only audit trail. */
+export const AuditEventSchema = defineEntity({
+  name: 'AuditEvent',
+  tableName: 'audit_events',
+  properties: {
+    id: p.bigint('string').primary().autoincrement(),
+    occurredAt: p.datetime(),
+    organizationId: p.uuid().nullable(),
+    actorUserId: p.uuid().nullable(),
+    apiKeyId: p.uuid().nullable(),
+    action: p.text(),
+    targetId: p.text().nullable(),
+    outcome: p.enum(AUDIT_OUTCOMES),
+    reason: p.text().nullable(),
+    requestId: p.text().nullable(),
+    details: p.json<Record<string, unknown>>(),
+  },
+});
+export type AuditEvent = InferEntity<typeof AuditEventSchema>;
 
 export const ENTITIES = [
   OrganizationSchema,
@@ -187,4 +285,10 @@ export const ENTITIES = [
   PostSchema,
   WebhookEndpointSchema,
   WebhookDeliverySchema,
+  DeliveryAttemptSchema,
+  DeadLetterSchema,
+  KillSwitchSchema,
+  DeliveryUsageSchema,
+  RateLimitSchema,
+  AuditEventSchema,
 ];

@@ -3,6 +3,7 @@ import { Migrator } from '@mikro-orm/migrations';
 import { ENTITIES } from './entities';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
+import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Migration20261124000000DeliveryAttemptDispatch';
 
 export type { EntityManager };
 export { MikroORM };
@@ -11,6 +12,7 @@ export { MikroORM };
 const MIGRATIONS = [
   { name: 'Migration20261121000000Initial', class: Migration20261121000000Initial },
   { name: 'Migration20261121000001PrincipalNotices', class: Migration20261121000001PrincipalNotices },
+  { name: 'Migration20261124000000DeliveryAttemptDispatch', class: Migration20261124000000DeliveryAttemptDispatch },
 ];
 
 export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Options {
