@@ -1,27 +1,38 @@
 import {
   ActivityFailure,
   ApplicationFailure,
+  condition,
   continueAsNew,
+  defineSignal,
   isCancellation,
+  patched,
   proxyActivities,
+  setHandler,
   sleep,
   workflowInfo,
   type ActivityOptions,
 } from '@temporalio/workflow';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from '../src/delivery/contract';
-import { ACTIVITY_START_TO_CLOSE_MS, FAILURE_TYPES, MAX_ATTEMPTS, RETRY_INTERVAL_MS } from './policy';
+import {
+  ACTIVITY_START_TO_CLOSE_MS,
+  DELIVERY_RETRY_POLICY,
+  FAILURE_TYPES,
+  HEARTBEAT_TIMEOUT_MS,
+  MAX_ATTEMPTS,
+  RELEASE_SIGNAL,
+  RETRY_INTERVAL_MS,
+} from './policy';
 
 /**
- * The contract's fixed 30 s between attempts, at most 8 attempts. maximumInterval equals
- * initialInterval so the interval can never grow, even if the coefficient is changed.
+ * The attempt activity's options: the contract's fixed 30 s between attempts, at most 8.
+ * The activity heartbeats, so a worker that dies is noticed after HEARTBEAT_TIMEOUT_MS
+ * rather than after the whole start-to-close timeout.
  */
 export const ATTEMPT_ACTIVITY_OPTIONS = {
   startToCloseTimeout: ACTIVITY_START_TO_CLOSE_MS,
+  heartbeatTimeout: HEARTBEAT_TIMEOUT_MS,
   retry: {
-    initialInterval: RETRY_INTERVAL_MS,
-    backoffCoefficient: 1,
-    maximumInterval: RETRY_INTERVAL_MS,
-    maximumAttempts: MAX_ATTEMPTS,
+    ...DELIVERY_RETRY_POLICY,
     nonRetryableErrorTypes: [FAILURE_TYPES.endpointGone, FAILURE_TYPES.attemptsExhausted],
   },
 } satisfies ActivityOptions;
@@ -32,38 +43,90 @@ export const DEAD_LETTER_ACTIVITY_OPTIONS = {
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 } satisfies ActivityOptions;
 
-const { attemptDelivery } = proxyActivities<DeliveryActivities>(ATTEMPT_ACTIVITY_OPTIONS);
+/** Patches of changes made while deliveries were running (README, "Changing the workflow"). */
+export const PATCHES = {
+  /** A held delivery wakes on the release signal instead of sleeping out its interval. */
+  releaseSignal: 'release-signal',
+  /** Retries that ran out with attempts unsent (a worker died before sending) are topped up. */
+  topUpUnsentAttempts: 'top-up-unsent-attempts',
+} as const;
+
+export const releaseSignal = defineSignal(RELEASE_SIGNAL);
+
 const { deadLetter } = proxyActivities<DeliveryActivities>(DEAD_LETTER_ACTIVITY_OPTIONS);
+
+/** The attempt activity with a retry budget of the attempts the delivery has left. */
+function attemptsLeft(remaining: number) {
+  return proxyActivities<DeliveryActivities>({
+    ...ATTEMPT_ACTIVITY_OPTIONS,
+    retry: { ...ATTEMPT_ACTIVITY_OPTIONS.retry, maximumAttempts: Math.max(1, remaining) },
+  }).attemptDelivery;
+}
 
 export type DeliveryResult = { status: 'delivered' | 'failed' | 'dead_lettered'; attempts?: number; reason?: string };
 
-/** Delivers one event to one endpoint; the delivery row stays the source of truth for its status. */
-export async function deliverWebhook(ref: DeliveryRef): Promise<DeliveryResult> {
+/** Carried across continue-as-new: how many attempts the delivery had made. */
+export interface DeliveryProgress {
+  sent: number;
+}
+
+/**
+ * Delivers one event to one endpoint; the delivery row stays the source of truth for its status.
+ *
+ * Temporal owns the schedule: the retry policy runs the attempt activity 30 s apart. Its
+ * count and the row's stay equal because the activity fails only after a counted attempt
+ * (a send, or a failure on the receiver's side of the network) and reports the row's count;
+ * infrastructure failures before a send are waited out inside the activity. The one way an
+ * execution can end without a send is a worker that died (heartbeat timeout); when the
+ * retries run out with fewer than 8 sent, the workflow schedules the rest, one interval later.
+ */
+export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgress = { sent: 0 }): Promise<DeliveryResult> {
+  let released = false;
+  setHandler(releaseSignal, () => {
+    released = true;
+  });
+  let sent = progress.sent;
   for (;;) {
     let outcome: AttemptOutcome;
     try {
-      outcome = await attemptDelivery(ref);
+      outcome = await attemptsLeft(MAX_ATTEMPTS - sent)(ref);
     } catch (err) {
-      return settleFailure(ref, err);
+      if (isCancellation(err)) throw err;
+      const failure = err instanceof ActivityFailure ? err.cause : undefined;
+      if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.endpointGone) {
+        // The activity already marked the row failed with this reason; a dead letter would be noise.
+        return { status: 'failed', reason: failure.message };
+      }
+      const exhausted = failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.attemptsExhausted;
+      if (!exhausted && patched(PATCHES.topUpUnsentAttempts)) {
+        const reported = sentIn(failure);
+        sent = reported ?? sent;
+        if (reported === undefined || reported < MAX_ATTEMPTS) {
+          await sleep(RETRY_INTERVAL_MS);
+          continue;
+        }
+      }
+      await deadLetter(ref);
+      return { status: 'dead_lettered' };
     }
     if (outcome.kind === 'delivered') return { status: 'delivered', attempts: outcome.attempt };
-    // A kill switch held the delivery without using an attempt: wait one interval and ask again.
-    await sleep(RETRY_INTERVAL_MS);
+    // A kill switch held the delivery without using an attempt: wait one interval, or until released.
+    sent = outcome.sent ?? sent;
+    if (patched(PATCHES.releaseSignal)) {
+      released = false;
+      await condition(() => released, RETRY_INTERVAL_MS);
+    } else {
+      await sleep(RETRY_INTERVAL_MS);
+    }
     // A long kill switch would otherwise grow the history towards Temporal's event limit.
-    if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref);
+    if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref, { sent });
   }
 }
 
-async function settleFailure(ref: DeliveryRef, err: unknown): Promise<DeliveryResult> {
-  if (isCancellation(err)) throw err;
-  if (
-    err instanceof ActivityFailure &&
-    err.cause instanceof ApplicationFailure &&
-    err.cause.type === FAILURE_TYPES.endpointGone
-  ) {
-    // The activity already marked the row failed with this reason; a dead letter would be noise.
-    return { status: 'failed', reason: err.cause.message };
-  }
-  await deadLetter(ref);
-  return { status: 'dead_lettered' };
+/** The sends an attempt failure reported (details `[{ sent }]`), if it could report them. */
+function sentIn(failure: unknown): number | undefined {
+  if (!(failure instanceof ApplicationFailure)) return undefined;
+  const [details] = failure.details ?? [];
+  const sent = (details as { sent?: unknown } | undefined)?.sent;
+  return typeof sent === 'number' ? sent : undefined;
 }

@@ -1,11 +1,39 @@
 /**
- * The delivery retry policy from the contract: a fixed 30 seconds between attempts,
- * at most 8 attempts, then the dead-letter activity. Both engines read these
- * constants; only the embedded engine's test configuration may shorten the interval.
+ * The delivery policy, in one place for both engines, the activities and configuration.
+ *
+ * From the contract: a fixed 30 seconds between attempts, at most 8 attempts, then the
+ * dead-letter activity. Only the embedded engine's test configuration may shorten the
+ * interval.
+ *
+ * The timeouts derive from each other so that no configuration can make one outlive
+ * another: configuration may set the outbound deadline up to ATTEMPT_TIMEOUT_LIMIT_MS
+ * (refused at start beyond it); the activity's start-to-close leaves room for that
+ * deadline plus the time an attempt may spend waiting for PostgreSQL to record what
+ * happened; liveness is proved by heartbeats (Temporal) or lease renewals (embedded
+ * engine) every HEARTBEAT_INTERVAL_MS, and a worker or instance silent for
+ * HEARTBEAT_TIMEOUT_MS is taken for dead.
  */
 export const RETRY_INTERVAL_MS = 30_000;
 export const MAX_ATTEMPTS = 8;
 
+/** Default deadline of one outbound request: DNS, connect, TLS, request and response. */
+export const DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000;
+/** The largest outbound deadline configuration may set. */
+export const ATTEMPT_TIMEOUT_LIMIT_MS = 30_000;
+/** How long an attempt keeps retrying its bookkeeping while PostgreSQL is unreachable. */
+export const BOOKKEEPING_PATIENCE_MS = 5 * 60_000;
+/** Upper bound of one attempt activity: its request plus its bookkeeping. */
+export const ACTIVITY_START_TO_CLOSE_MS = ATTEMPT_TIMEOUT_LIMIT_MS + BOOKKEEPING_PATIENCE_MS;
+/** Heartbeats (Temporal) and lease renewals (embedded engine) come this often while an attempt runs. */
+export const HEARTBEAT_INTERVAL_MS = 3_000;
+/** Silence after which an attempt's worker counts as dead: Temporal's heartbeat timeout, the embedded lease. */
+export const HEARTBEAT_TIMEOUT_MS = 5 * HEARTBEAT_INTERVAL_MS;
+
+/**
+ * The retry policy of the attempt activity. maximumInterval equals initialInterval so the
+ * interval can never grow, even if the coefficient is changed. maximumAttempts is the
+ * number of sends a delivery has left (MAX_ATTEMPTS for a new one): see workflows/delivery.ts.
+ */
 export const DELIVERY_RETRY_POLICY = {
   initialInterval: RETRY_INTERVAL_MS,
   backoffCoefficient: 1,
@@ -13,13 +41,12 @@ export const DELIVERY_RETRY_POLICY = {
   maximumAttempts: MAX_ATTEMPTS,
 } as const;
 
-/** How long one attempt may take before it counts as failed (timeout of the outbound POST plus margin). */
-export const ATTEMPT_TIMEOUT_MS = 15_000;
-export const ACTIVITY_START_TO_CLOSE_MS = 20_000;
-
 /** Failure types the attempt activity throws; the two non-retryable ones end the retries. */
 export const FAILURE_TYPES = {
   attemptFailed: 'DeliveryAttemptFailed',
   endpointGone: 'EndpointGone',
   attemptsExhausted: 'AttemptsExhausted',
 } as const;
+
+/** Signal the API sends a held delivery's workflow when its kill switch goes off. */
+export const RELEASE_SIGNAL = 'releaseHeldDelivery';

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**
  * Configuration from the environment, validated once at start. Development
@@ -29,6 +29,8 @@ export interface Config {
   provider: ProviderConfig;
   delivery: DeliveryConfig;
   temporal: TemporalConfig | null;
+  /** `npm run worker`: the port of its /metrics, /healthz and /readyz. */
+  workerMetricsPort: number;
 }
 
 export type ProviderConfig =
@@ -40,8 +42,11 @@ export interface DeliveryConfig {
   allowCidrs: string[];
   /** Extra PEM CA trusted for outbound TLS, in addition to the system roots. */
   extraCaPem: string | null;
+  /** Deadline of one outbound request; at most ATTEMPT_TIMEOUT_LIMIT_MS (workflows/policy.ts). */
   attemptTimeoutMs: number;
   maxResponseBytes: number;
+  /** Embedded engine: deliveries one instance works on at once. */
+  concurrency: number;
   /** Embedded engine only: how often it looks for due deliveries. */
   pollIntervalMs: number;
   /** The contract's 30 s; only NODE_ENV=test may shorten it (DELIVERY_TEST_RETRY_INTERVAL_MS). */
@@ -182,12 +187,16 @@ export function loadConfig(env: Env = process.env): Config {
     delivery: {
       allowCidrs,
       extraCaPem: env.DELIVERY_EXTRA_CA_PEM || null,
-      attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', 10_000, 100, 60_000),
+      // The activity's start-to-close and the lease are derived from this limit: a longer
+      // deadline would let an attempt outlive the time Temporal gives it.
+      attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS),
       maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
+      concurrency: int('DELIVERY_CONCURRENCY', 16, 1, 256),
       retryIntervalMs: RETRY_INTERVAL_MS,
     },
     temporal,
+    workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
   };
   if (env.DELIVERY_TEST_RETRY_INTERVAL_MS) {
     if (nodeEnv === 'test') config.delivery.retryIntervalMs = int('DELIVERY_TEST_RETRY_INTERVAL_MS', RETRY_INTERVAL_MS, 1, RETRY_INTERVAL_MS);

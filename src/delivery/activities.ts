@@ -1,28 +1,16 @@
-import { ApplicationFailure } from '@temporalio/common';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
+import { Context } from '@temporalio/activity';
 import type { MikroORM } from '../db/orm';
+import { isDatabaseUnavailable } from '../db';
 import type { Logger } from '../config/logger';
-import { RETRY_INTERVAL_MS, MAX_ATTEMPTS, FAILURE_TYPES } from '../../workflows/policy';
+import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
 import { SecretBox } from '../webhooks/secret-box';
 import type { Config } from '../config';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient } from './outbound';
 import { signedHeaders } from './signing';
-import { GLOBAL_SCOPE } from './kill-switch';
-
-interface AttemptRow {
-  status: string;
-  attempt_count: number;
-  last_error: string | null;
-  last_response_status: number | null;
-  payload: string;
-  /** Null when the endpoint no longer exists. */
-  endpoint_id: string | null;
-  url: string;
-  disabled_at: Date | string | null;
-  secret_key_id: string;
-  secret_ciphertext: Buffer;
-  stopped: boolean;
-}
+import { DeliveryRecords } from './records';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -38,146 +26,202 @@ export interface ActivityDeps {
   onEvent?: (event: DeliveryEvent) => void;
 }
 
+/** How an attempt shows it is alive, and how it is told to stop. */
+export interface AttemptLiveness {
+  /** Called every HEARTBEAT_INTERVAL_MS while the attempt runs: a Temporal heartbeat, or an embedded lease renewal. */
+  heartbeat(): void;
+  /** Aborted when the attempt must stop: Temporal cancelled the activity, or the engine is closing. */
+  signal: AbortSignal;
+}
+
+/** What one run of an attempt came to. */
+export type AttemptResult =
+  | { kind: 'delivered'; attempt: number; status: number }
+  /** A counted attempt failed; `exhausted` after the last one. */
+  | { kind: 'failed'; sent: number; exhausted: boolean; error: string }
+  | { kind: 'held'; sent: number }
+  | { kind: 'gone'; reason: string }
+  | { kind: 'exhausted'; sent: number }
+  /** Another executor closed this attempt and went on (this one had been taken for dead). */
+  | { kind: 'superseded' };
+
+/** Backoff while PostgreSQL is unreachable: short at first, never longer than a heartbeat interval. */
+const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS] as const;
+
 /**
- * The delivery activities, shared by the Temporal worker and the embedded engine. The
- * delivery row is the source of truth: every attempt is numbered from it and written
- * back to it, so both engines show the same status, attempts, next time and last error.
+ * One delivery attempt, as both engines make it: the Temporal activity below and the
+ * embedded engine call `run` with their own liveness. The delivery row is the source of
+ * truth (records.ts): every attempt is numbered from it and written back to it.
+ *
+ * Failures of ours never use one of the 8 attempts: PostgreSQL unreachable before the
+ * request leaves is waited out (the attempt heartbeats meanwhile), and the attempt is
+ * counted only once the request is about to be written (markDispatched) or failed on the
+ * receiver's side of the network. An outcome that did come back is kept and its recording
+ * retried until PostgreSQL answers, for as long as this process lives.
  */
-export function createActivities(deps: ActivityDeps): DeliveryActivities {
-  const now = deps.now ?? Date.now;
-  const interval = deps.retryIntervalMs ?? RETRY_INTERVAL_MS;
+export class DeliveryAttempts {
+  readonly records: DeliveryRecords;
 
-  return {
-    async attemptDelivery(ref: DeliveryRef): Promise<AttemptOutcome> {
-      const em = deps.orm.em.fork();
-      // One read for everything an attempt decides on: the delivery, its endpoint and the kill switches.
-      const [delivery] = await em.execute<AttemptRow[]>(
-        `select d.status, d.attempt_count, d.last_error, d.last_response_status, d.payload,
-                e.id as endpoint_id, e.url, e.disabled_at, e.secret_key_id, e.secret_ciphertext,
-                exists (select 1 from kill_switches k where k.enabled and k.scope in ('${GLOBAL_SCOPE}', d.organization_id::text)) as stopped
-           from webhook_deliveries d
-           left join webhook_endpoints e on e.id = d.endpoint_id and e.organization_id = d.organization_id
-          where d.id = ? and d.organization_id = ?`,
-        [ref.deliveryId, ref.organizationId],
-      );
-      if (!delivery) throw ApplicationFailure.nonRetryable('The delivery record no longer exists.', FAILURE_TYPES.endpointGone);
-      // A finished delivery stays finished, even if an engine starts it again.
-      if (delivery.status === 'delivered') {
-        return { kind: 'delivered', attempt: delivery.attempt_count, status: delivery.last_response_status ?? 200 };
-      }
-      if (delivery.status === 'failed') throw ApplicationFailure.nonRetryable(delivery.last_error ?? 'failed', FAILURE_TYPES.endpointGone);
-      if (delivery.status === 'dead_lettered' || delivery.attempt_count >= MAX_ATTEMPTS) {
-        throw ApplicationFailure.nonRetryable(`All ${MAX_ATTEMPTS} attempts are used.`, FAILURE_TYPES.attemptsExhausted);
-      }
+  constructor(private readonly deps: ActivityDeps) {
+    this.records = new DeliveryRecords({ now: deps.now, retryIntervalMs: deps.retryIntervalMs });
+  }
 
-      if (!delivery.endpoint_id || delivery.disabled_at) {
-        const reason = delivery.endpoint_id ? 'The endpoint is disabled.' : 'The endpoint no longer exists.';
-        await em.execute(
-          `update webhook_deliveries set status = 'failed', last_error = ?, next_attempt_at = null, lease_until = null, updated_at = ? where id = ?`,
-          [reason, new Date(now()), ref.deliveryId],
-          'run',
-        );
-        deps.onEvent?.('endpoint_gone');
-        throw ApplicationFailure.nonRetryable(reason, FAILURE_TYPES.endpointGone);
-      }
+  async run(ref: DeliveryRef, liveness: AttemptLiveness): Promise<AttemptResult> {
+    const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
+    try {
+      return await this.attempt(ref, liveness);
+    } finally {
+      clearInterval(beat);
+    }
+  }
 
-      if (delivery.stopped) {
-        await em.execute(
-          `update webhook_deliveries set status = 'held', next_attempt_at = ?, lease_until = null, updated_at = ? where id = ?`,
-          [new Date(now() + interval), new Date(now()), ref.deliveryId],
-          'run',
-        );
-        deps.onEvent?.('held');
-        return { kind: 'held' };
+  /** Dead-letters a delivery whose attempts are used up; waits out PostgreSQL being unreachable. */
+  async deadLetter(ref: DeliveryRef, signal?: AbortSignal): Promise<void> {
+    const em = this.deps.orm.em.fork();
+    if (await this.untilRecorded(() => this.records.deadLetter(em, ref), signal)) this.deps.onEvent?.('dead_lettered');
+  }
+
+  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness): Promise<AttemptResult> {
+    const em = this.deps.orm.em.fork();
+    const now = this.deps.now ?? Date.now;
+    for (;;) {
+      const start = await this.untilRecorded(() => this.records.beginAttempt(em, ref), liveness.signal);
+      switch (start.kind) {
+        case 'delivered':
+          return start;
+        case 'gone':
+          this.deps.onEvent?.('endpoint_gone');
+          return start;
+        case 'held':
+          this.deps.onEvent?.('held');
+          return start;
+        case 'exhausted':
+          return start;
+        case 'wait':
+          await sleep(Math.max(0, start.until.getTime() - now()), undefined, { signal: liveness.signal });
+          continue;
+        case 'send':
+          break;
       }
 
-      // One row per attempt number: if another worker already made this attempt (and
-      // died before recording it), it counts as failed and is never sent twice.
-      const attempt = delivery.attempt_count + 1;
-      const started = new Date(now());
-      const claimed = await em.execute<{ attempt: number }[]>(
-        `insert into delivery_attempts (delivery_id, attempt, started_at) values (?, ?, ?)
-         on conflict (delivery_id, attempt) do nothing returning attempt`,
-        [ref.deliveryId, attempt, started],
-      );
-      if (claimed.length === 0) {
-        await recordFailure(attempt, 'The attempt was interrupted before its result was recorded.', null);
-        throw ApplicationFailure.retryable(`Attempt ${attempt} was interrupted.`, FAILURE_TYPES.attemptFailed);
-      }
-
-      const secret = deps.secrets.open({ keyId: delivery.secret_key_id, ciphertext: Buffer.from(delivery.secret_ciphertext) }, delivery.endpoint_id);
+      const secret = this.deps.secrets.open({ keyId: start.secretKeyId, ciphertext: start.secretCiphertext }, start.endpointId);
+      let refusedBeforeSend = false;
       let status: number | null = null;
       let error: string | null = null;
       try {
-        const response = await deps.outbound.post(delivery.url, signedHeaders(secret, delivery.payload, now()), delivery.payload);
+        const response = await this.deps.outbound.post(start.url, signedHeaders(secret, start.payload, now()), start.payload, {
+          signal: liveness.signal,
+          beforeSend: async () => {
+            const marked = await this.records.markDispatched(em, ref, start.attempt, start.startedAt);
+            refusedBeforeSend = !marked;
+            return marked;
+          },
+        });
         status = response.status;
         if (status < 200 || status >= 300) error = `The endpoint answered HTTP ${status}.`;
       } catch (cause) {
         if (!(cause instanceof OutboundError)) throw cause;
+        if (cause.kind === 'not_sent') {
+          // PostgreSQL could not mark the attempt sent, or a kill switch came on, the delivery
+          // finished or another executor took it: nothing left, so nothing counts. Decide again.
+          if (!refusedBeforeSend) await this.pause(0, liveness.signal);
+          continue;
+        }
+        if (cause.kind === 'aborted' && !cause.dispatched) throw new CancelledFailure('The attempt was cancelled before its request was sent.');
         error = cause.message;
       }
 
-      if (error === null) {
-        const at = new Date(now());
-        await em.execute(
-          `with finished as (
-             update delivery_attempts set finished_at = ?, response_status = ? where delivery_id = ? and attempt = ?)
-           update webhook_deliveries set status = 'delivered', attempt_count = ?, delivered_at = ?, last_response_status = ?,
-                  last_error = null, next_attempt_at = null, lease_until = null, updated_at = ? where id = ?`,
-          [at, status, ref.deliveryId, attempt, attempt, at, status, at, ref.deliveryId],
-          'run',
-        );
-        deps.onEvent?.('attempt_delivered');
-        return { kind: 'delivered', attempt, status: status ?? 200 };
+      // The outcome is real from here on: keep it until PostgreSQL takes it, whatever else happens.
+      const recorded = await this.untilRecorded(() => this.records.recordOutcome(em, ref, start.attempt, start.startedAt, { status, error }));
+      if (recorded.kind === 'superseded') {
+        this.deps.logger.warn({ deliveryId: ref.deliveryId, attempt: start.attempt }, 'delivery attempt outcome superseded by another executor');
+        return recorded;
       }
-      await recordFailure(attempt, error, status);
-      deps.onEvent?.('attempt_failed');
-      deps.logger.info({ deliveryId: ref.deliveryId, attempt, error }, 'delivery attempt failed');
-      throw ApplicationFailure.retryable(error, FAILURE_TYPES.attemptFailed);
+      if (recorded.kind === 'delivered') {
+        this.deps.onEvent?.('attempt_delivered');
+        return { kind: 'delivered', attempt: start.attempt, status: status ?? 200 };
+      }
+      this.deps.onEvent?.('attempt_failed');
+      this.deps.logger.info({ deliveryId: ref.deliveryId, attempt: start.attempt, error }, 'delivery attempt failed');
+      if (liveness.signal.aborted) throw new CancelledFailure('The attempt was cancelled after its request was sent.');
+      return { kind: 'failed', sent: recorded.sent, exhausted: recorded.exhausted, error: error ?? 'failed' };
+    }
+  }
 
-      async function recordFailure(number: number, reason: string, responseStatus: number | null): Promise<void> {
-        const at = new Date(now());
-        const next = number < MAX_ATTEMPTS ? new Date(at.getTime() + interval) : null;
-        await em.execute(
-          `with finished as (
-             update delivery_attempts set finished_at = ?, response_status = ?, error = ?
-              where delivery_id = ? and attempt = ? and finished_at is null)
-           update webhook_deliveries set status = 'retrying', attempt_count = ?, last_error = ?, last_response_status = ?,
-                  next_attempt_at = ?, lease_until = null, updated_at = ? where id = ?`,
-          [at, responseStatus, reason, ref.deliveryId, number, number, reason, responseStatus, next, at, ref.deliveryId],
-          'run',
-        );
+  /**
+   * Runs a bookkeeping step, waiting out PostgreSQL being unreachable (any other error is a
+   * bug and is thrown). Without a signal it keeps trying for as long as the process lives.
+   */
+  private async untilRecorded<T>(step: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    for (let failures = 0; ; failures++) {
+      try {
+        return await step();
+      } catch (error) {
+        if (!isDatabaseUnavailable(error)) throw error;
+        if (failures === 0) this.deps.logger.warn({ err: error }, 'PostgreSQL unreachable during delivery bookkeeping; retrying');
+        await this.pause(failures, signal);
       }
+    }
+  }
+
+  private async pause(failures: number, signal?: AbortSignal): Promise<void> {
+    const ms = BOOKKEEPING_BACKOFF_MS[Math.min(failures, BOOKKEEPING_BACKOFF_MS.length - 1)];
+    try {
+      await sleep(ms, undefined, signal ? { signal } : undefined);
+    } catch {
+      throw new CancelledFailure('The attempt was cancelled while PostgreSQL was unreachable.');
+    }
+  }
+}
+
+/**
+ * The Temporal activities: thin adapters over DeliveryAttempts. An activity execution fails
+ * (and so uses one of the retry policy's attempts) only after a counted attempt failed; the
+ * failure carries how many were sent, so the workflow can tell if executions that died
+ * without sending left attempts unused.
+ */
+export function createActivities(deps: ActivityDeps): DeliveryActivities {
+  const attempts = new DeliveryAttempts(deps);
+  return {
+    async attemptDelivery(ref: DeliveryRef): Promise<AttemptOutcome> {
+      const context = Context.current();
+      const result = await attempts.run(ref, { heartbeat: () => context.heartbeat(), signal: context.cancellationSignal });
+      return activityOutcome(result);
     },
-
     async deadLetter(ref: DeliveryRef): Promise<void> {
-      const em = deps.orm.em.fork();
-      const at = new Date(now());
-      await em.transactional(async (tx) => {
-        const updated = await tx.execute<{ last_error: string | null }[]>(
-          `update webhook_deliveries set status = 'dead_lettered', next_attempt_at = null, lease_until = null, updated_at = ?
-            where id = ? and organization_id = ? and status not in ('delivered', 'failed') returning last_error`,
-          [at, ref.deliveryId, ref.organizationId],
-        );
-        if (updated.length === 0) return;
-        await tx.execute(
-          `insert into dead_letters (delivery_id, organization_id, endpoint_id, last_error, created_at)
-           values (?, ?, ?, ?, ?) on conflict (delivery_id) do nothing`,
-          [ref.deliveryId, ref.organizationId, ref.endpointId, updated[0]?.last_error ?? null, at],
-          'run',
-        );
-        deps.onEvent?.('dead_lettered');
-      });
+      await attempts.deadLetter(ref, Context.current().cancellationSignal);
     },
   };
 }
 
-/** The activities as configured for this deployment: the API's embedded engine and the Temporal worker use the same. */
-export function activitiesFromConfig(
+function activityOutcome(result: AttemptResult): AttemptOutcome {
+  switch (result.kind) {
+    case 'delivered':
+      return { kind: 'delivered', attempt: result.attempt, status: result.status };
+    case 'held':
+      return { kind: 'held', sent: result.sent };
+    case 'gone':
+      throw ApplicationFailure.nonRetryable(result.reason, FAILURE_TYPES.endpointGone);
+    case 'exhausted':
+      throw ApplicationFailure.create({ message: `All ${result.sent} attempts are used.`, type: FAILURE_TYPES.attemptsExhausted, nonRetryable: true, details: [{ sent: result.sent }] });
+    case 'failed':
+      throw ApplicationFailure.create({
+        message: result.error,
+        type: result.exhausted ? FAILURE_TYPES.attemptsExhausted : FAILURE_TYPES.attemptFailed,
+        nonRetryable: result.exhausted,
+        details: [{ sent: result.sent }],
+      });
+    case 'superseded':
+      throw ApplicationFailure.retryable('Another execution of this delivery recorded its attempt.', FAILURE_TYPES.attemptFailed);
+  }
+}
+
+/** The outbound client and secrets as configured for this deployment: the API's embedded engine and the Temporal worker use the same. */
+export function activityDepsFromConfig(
   config: Pick<Config, 'secretKeys' | 'currentSecretKeyId' | 'delivery'>,
   deps: Pick<ActivityDeps, 'orm' | 'logger' | 'now' | 'onEvent'>,
-): DeliveryActivities {
-  return createActivities({
+): ActivityDeps {
+  return {
     ...deps,
     secrets: new SecretBox(config.secretKeys, config.currentSecretKeyId),
     outbound: createOutboundClient({
@@ -187,5 +231,5 @@ export function activitiesFromConfig(
       maxResponseBytes: config.delivery.maxResponseBytes,
     }),
     retryIntervalMs: config.delivery.retryIntervalMs,
-  });
+  };
 }

@@ -14,13 +14,14 @@ export interface DeliveryRef {
 /**
  * Outcome of one call of the attempt activity that did not throw.
  * - delivered: a 2xx arrived; the row is marked delivered.
- * - held: a kill switch is on; nothing was sent and no attempt was used.
- * A failed attempt throws instead: a retryable failure ("DeliveryAttemptFailed"),
- * or a non-retryable one ("EndpointGone" when the endpoint is missing or disabled:
- * the row is already marked failed with the reason; "AttemptsExhausted" when the row
- * already used all attempts).
+ * - held: a kill switch is on; nothing was sent and no attempt was used. `sent` is how
+ *   many attempts the delivery had made (absent in histories written before it existed).
+ * A failed attempt throws instead, with details `[{ sent }]`: a retryable failure
+ * ("DeliveryAttemptFailed"), or a non-retryable one ("EndpointGone" when the endpoint is
+ * missing or disabled: the row is already marked failed with the reason;
+ * "AttemptsExhausted" once the delivery has made all its attempts).
  */
-export type AttemptOutcome = { kind: 'delivered'; attempt: number; status: number } | { kind: 'held' };
+export type AttemptOutcome = { kind: 'delivered'; attempt: number; status: number } | { kind: 'held'; sent?: number };
 
 /** The activities both engines run, with the same policy constants. */
 export interface DeliveryActivities {
@@ -42,5 +43,7 @@ export interface DeliveryMeta {
 /** Starts deliveries. Starting the same delivery twice is a no-op. */
 export interface DeliveryEngine {
   start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }>;
+  /** A kill switch went off: the held deliveries it released (already due in their rows) go out now. */
+  release(released: { deliveryId: string; workflowId: string }[]): Promise<void>;
   close(): Promise<void>;
 }

@@ -1,42 +1,48 @@
-import { ApplicationFailure } from '@temporalio/common';
+import { randomUUID } from 'node:crypto';
 import type { MikroORM } from '../db/orm';
 import type { Logger } from '../config/logger';
-import { FAILURE_TYPES, ATTEMPT_TIMEOUT_MS } from '../../workflows/policy';
-import type { DeliveryActivities, DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
+import { HEARTBEAT_TIMEOUT_MS } from '../../workflows/policy';
+import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
+import type { DeliveryAttempts } from './activities';
 import { workflowIdFor } from './workflow-id';
 
 export interface EmbeddedEngineOptions {
   orm: MikroORM;
-  activities: DeliveryActivities;
+  attempts: DeliveryAttempts;
   logger: Logger;
   /** How often due deliveries are looked for when nothing wakes the engine. */
   pollIntervalMs: number;
-  /** Deliveries worked on at once by this instance. */
-  concurrency?: number;
-  now?: () => number;
+  /** Deliveries worked on at once by this instance (DELIVERY_CONCURRENCY). */
+  concurrency: number;
+  /** How long close() waits for attempts in flight before it gives up on them. */
+  closeGraceMs?: number;
 }
 
 /**
  * The delivery engine used when no Temporal address is configured. It runs the same
- * activities with the same policy, driven by the delivery rows: a row is due when its
- * next attempt time has come, and an instance claims it with a lease taken under
- * `FOR UPDATE SKIP LOCKED`, so two instances never work on one delivery at once and a
- * restarted instance picks up whatever was pending or retrying.
+ * attempts with the same policy as the Temporal worker, driven by the delivery rows: a row
+ * is due when its next attempt time has come, and an instance claims it with a lease taken
+ * under `FOR UPDATE SKIP LOCKED`, so two instances never work on one delivery at once. The
+ * lease is renewed with every heartbeat, as Temporal's heartbeat timeout would be; an
+ * instance silent for HEARTBEAT_TIMEOUT_MS (it died) loses its deliveries to the others,
+ * or to itself after a restart.
+ *
+ * What Temporal's retry policy does, the rows do here: a failed attempt is due again one
+ * interval later; after the last one the delivery is dead-lettered.
  */
 export class EmbeddedDeliveryEngine implements DeliveryEngine {
-  private readonly concurrency: number;
-  private readonly now: () => number;
-  private readonly inFlight = new Set<Promise<void>>();
+  /** Names this instance's leases. */
+  private readonly owner = randomUUID();
+  private readonly inFlight = new Map<string, Promise<void>>();
+  private readonly stopping = new AbortController();
   private timer: NodeJS.Timeout | null = null;
   private running = false;
   private polling: Promise<void> | null = null;
   private wakeAgain = false;
   private backlog = false;
+  private idleWaiters: (() => void)[] = [];
 
-  constructor(private readonly options: EmbeddedEngineOptions) {
-    this.concurrency = options.concurrency ?? 16;
-    this.now = options.now ?? Date.now;
-  }
+  constructor(private readonly options: EmbeddedEngineOptions) {}
 
   begin(): void {
     if (this.running) return;
@@ -47,6 +53,11 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   async start(ref: DeliveryRef, _meta: DeliveryMeta): Promise<{ workflowId: string }> {
     this.wake();
     return { workflowId: workflowIdFor(ref) };
+  }
+
+  /** The rows are due already; look for them now rather than at the next poll. */
+  async release(): Promise<void> {
+    this.wake();
   }
 
   /** Looks for due deliveries now rather than at the next poll. */
@@ -70,86 +81,91 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
           this.timer = setTimeout(() => this.wake(), this.options.pollIntervalMs);
           this.timer.unref();
         }
+        this.notifyIdle();
       });
+  }
+
+  /**
+   * Resolves once nothing is in flight and a poll found nothing more to claim: the explicit
+   * signal tests wait on instead of sleeping.
+   */
+  idle(): Promise<void> {
+    return new Promise((resolve) => {
+      this.idleWaiters.push(resolve);
+      this.notifyIdle();
+    });
   }
 
   async close(): Promise<void> {
     this.running = false;
     if (this.timer) clearTimeout(this.timer);
     await this.polling;
-    await Promise.allSettled([...this.inFlight]);
+    const grace = this.options.closeGraceMs ?? 10_000;
+    const settled = Promise.allSettled([...this.inFlight.values()]);
+    let timer: NodeJS.Timeout | undefined;
+    const late = await Promise.race([
+      settled.then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), grace))),
+    ]);
+    clearTimeout(timer);
+    if (late) {
+      // Attempts still waiting on PostgreSQL: stop them; their leases lapse and another instance takes over.
+      this.options.logger.warn({ deliveries: [...this.inFlight.keys()] }, 'delivery attempts still running at close; abandoning them');
+      this.stopping.abort();
+      await settled;
+    }
   }
 
-  /** Seconds the oldest due delivery has been waiting (0 when none is due). */
-  async lagSeconds(): Promise<number> {
-    const [row] = await this.options.orm.em.fork().execute<{ due: Date | null }[]>(
-      `select min(next_attempt_at) as due from webhook_deliveries
-        where status in ('pending', 'retrying', 'held') and next_attempt_at <= ?`,
-      [new Date(this.now())],
-    );
-    return row?.due ? Math.max(0, (this.now() - new Date(row.due).getTime()) / 1000) : 0;
+  private notifyIdle(): void {
+    if (this.polling || this.inFlight.size > 0 || this.backlog || this.wakeAgain) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const resolve of waiters) resolve();
   }
 
   private async poll(): Promise<void> {
-    const free = this.concurrency - this.inFlight.size;
+    const free = this.options.concurrency - this.inFlight.size;
     if (free <= 0) return;
-    const now = new Date(this.now());
-    // The lease outlives one attempt, so a crashed instance's deliveries come back on their own.
-    const leaseUntil = new Date(now.getTime() + ATTEMPT_TIMEOUT_MS * 2);
-    const claimed = await this.options.orm.em.fork().execute<{ id: string; organization_id: string; endpoint_id: string; event_id: string }[]>(
-      `update webhook_deliveries set lease_until = ?
-        where id in (
-          select id from webhook_deliveries
-           where status in ('pending', 'retrying', 'held') and next_attempt_at <= ?
-             and (lease_until is null or lease_until < ?)
-           order by next_attempt_at
-           limit ?
-           for update skip locked)
-        returning id, organization_id, endpoint_id, event_id`,
-      [leaseUntil, now, now, free],
-    );
+    const claimed = await this.options.attempts.records.claimDue(this.options.orm.em.fork(), {
+      owner: this.owner,
+      limit: free,
+      leaseMs: HEARTBEAT_TIMEOUT_MS,
+      busy: [...this.inFlight.keys()],
+    });
     this.backlog = claimed.length === free;
-    for (const row of claimed) {
-      const ref: DeliveryRef = { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.endpoint_id, eventId: row.event_id };
+    for (const ref of claimed) {
       const run = this.run(ref).finally(() => {
-        this.inFlight.delete(run);
+        this.inFlight.delete(ref.deliveryId);
         // A poll that could not take everything due leaves work waiting: take it as soon as a slot frees.
         if (this.backlog) this.wake();
+        this.notifyIdle();
       });
-      this.inFlight.add(run);
+      this.inFlight.set(ref.deliveryId, run);
     }
   }
 
   /**
-   * One step of the workflow: an attempt, then what the workflow would do with its outcome.
-   * Every outcome the activity records also releases the lease. Anything that fails on the
-   * way (the database gone mid-step, say) is logged and left to the lease: when it expires
-   * the delivery is claimed again, so a step never ends in an unhandled rejection.
+   * One step of the workflow: an attempt, then what the workflow does with its outcome.
+   * Anything that fails on the way is logged and left to the lease: when it lapses the
+   * delivery is claimed again, and nothing that was not sent has been counted.
    */
   private async run(ref: DeliveryRef): Promise<void> {
+    const { attempts, orm, logger } = this.options;
+    const liveness = {
+      signal: this.stopping.signal,
+      heartbeat: () => {
+        attempts.records.renewLease(orm.em.fork(), ref.deliveryId, this.owner, HEARTBEAT_TIMEOUT_MS).catch((error: unknown) => {
+          logger.debug({ err: error, deliveryId: ref.deliveryId }, 'lease renewal failed');
+        });
+      },
+    };
     try {
-      await this.step(ref);
+      const result = await attempts.run(ref, liveness);
+      if (result.kind === 'exhausted' || (result.kind === 'failed' && result.exhausted)) {
+        await attempts.deadLetter(ref, this.stopping.signal);
+      }
     } catch (error) {
-      this.options.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery step failed; it is retried after its lease');
+      logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery step failed; it is retried after its lease');
     }
-  }
-
-  private async step(ref: DeliveryRef): Promise<void> {
-    try {
-      await this.options.activities.attemptDelivery(ref);
-    } catch (error) {
-      const type = error instanceof ApplicationFailure ? error.type : null;
-      if (type === FAILURE_TYPES.attemptsExhausted) await this.options.activities.deadLetter(ref);
-      else if (type === FAILURE_TYPES.attemptFailed) await this.deadLetterIfExhausted(ref);
-      else if (type !== FAILURE_TYPES.endpointGone) throw error;
-    }
-  }
-
-  private async deadLetterIfExhausted(ref: DeliveryRef): Promise<void> {
-    const [row] = await this.options.orm.em.fork().execute<{ next_attempt_at: Date | null }[]>(
-      'select next_attempt_at from webhook_deliveries where id = ?',
-      [ref.deliveryId],
-    );
-    if (row && row.next_attempt_at === null) await this.options.activities.deadLetter(ref);
   }
 }

@@ -1,12 +1,33 @@
 export type { DeliveryEngine, DeliveryRef, DeliveryMeta, DeliveryActivities, AttemptOutcome } from './contract';
 export { FAILURE_TYPES } from './contract';
-export { createActivities, activitiesFromConfig, type ActivityDeps, type DeliveryEvent } from './activities';
+export {
+  createActivities,
+  activityDepsFromConfig,
+  DeliveryAttempts,
+  type ActivityDeps,
+  type AttemptLiveness,
+  type AttemptResult,
+  type DeliveryEvent,
+} from './activities';
+export {
+  DeliveryRecords,
+  GLOBAL_SCOPE,
+  RECENT_DELIVERIES,
+  OPEN_STATUSES,
+  FINAL_STATUSES,
+  INTERRUPTED_ATTEMPT,
+  type ListedDelivery,
+  type NewDelivery,
+  type KillSwitchState,
+  type DeliveryView,
+  type AttemptView,
+  type DeadLetterView,
+} from './records';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';
 export { workflowIdFor } from './workflow-id';
 export { createOutboundClient, OutboundError, type OutboundClient } from './outbound';
 export { signatureFor, signedHeaders, SIGNATURE_HEADER, TIMESTAMP_HEADER } from './signing';
 export { verifyWebhook, WebhookVerificationError } from './verify';
-export { listedDelivery, recentDeliveriesByEndpoint, RECENT_DELIVERIES, type ListedDelivery } from './store';
-export { readKillSwitch, writeKillSwitch, GLOBAL_SCOPE, type KillSwitchState } from './kill-switch';
 export { PendingDeliverySweeper } from './pending-sweeper';
+export { DeliveryMetrics } from './metrics';

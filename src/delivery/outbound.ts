@@ -10,7 +10,12 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { createAddressPolicy, FORBIDDEN_REASON_TEXT, type AddressPolicy, type ForbiddenReason } from './address-policy';
 
-export type OutboundErrorKind = 'invalid_url' | 'blocked_address' | 'dns' | 'timeout' | 'tls' | 'connection';
+/**
+ * Why an attempt failed. All but the last two are the receiver's side of the network (or its
+ * URL): the attempt counts. `aborted` is ours (the attempt was cancelled) and `not_sent` means
+ * the caller's beforeSend refused; neither counts unless the request had already been written.
+ */
+export type OutboundErrorKind = 'invalid_url' | 'blocked_address' | 'dns' | 'timeout' | 'tls' | 'connection' | 'aborted' | 'not_sent';
 
 /**
  * A failed attempt. `message` is safe to store as a delivery's last error and to show
@@ -24,10 +29,14 @@ export class OutboundError extends Error {
     readonly kind: OutboundErrorKind,
     message: string,
     readonly code?: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; dispatched?: boolean },
   ) {
     super(message, options);
+    this.dispatched = options?.dispatched ?? false;
   }
+
+  /** True when the request had been written to the receiver's connection: it may have arrived. */
+  readonly dispatched: boolean;
 }
 
 export interface OutboundResponse {
@@ -37,8 +46,19 @@ export interface OutboundResponse {
   truncated: boolean;
 }
 
+export interface PostOptions {
+  /** Cancels the attempt (the POST is aborted wherever it is). */
+  signal?: AbortSignal;
+  /**
+   * Called once, when the connection to the receiver stands (TLS done) and before a byte of
+   * the request is written; the deadline does not run meanwhile. Resolving false, or
+   * throwing, sends nothing and fails the post with `not_sent`.
+   */
+  beforeSend?: () => Promise<boolean>;
+}
+
 export interface OutboundClient {
-  post(url: string, headers: Record<string, string>, body: string): Promise<OutboundResponse>;
+  post(url: string, headers: Record<string, string>, body: string, options?: PostOptions): Promise<OutboundResponse>;
 }
 
 export type Resolver = (hostname: string) => Promise<{ address: string; family: 4 | 6 }[]>;
@@ -73,8 +93,8 @@ export function createOutboundClient(options: OutboundOptions): OutboundClient {
   };
 
   return {
-    async post(url, headers, body) {
-      return send(parseTarget(url, policy), headers, body, sendOptions);
+    async post(url, headers, body, options = {}) {
+      return send(parseTarget(url, policy), headers, body, sendOptions, options);
     },
   };
 }
@@ -159,20 +179,36 @@ interface SendOptions {
   lookup: net.LookupFunction;
 }
 
-function send(target: Target, headers: Record<string, string>, body: string, opts: SendOptions): Promise<OutboundResponse> {
+function send(target: Target, headers: Record<string, string>, body: string, opts: SendOptions, post: PostOptions): Promise<OutboundResponse> {
   return new Promise<OutboundResponse>((resolvePromise, rejectPromise) => {
     // A fresh agent per attempt: no pooled socket can skip the lookup filter.
     const agent = new https.Agent({ keepAlive: false });
+    const startedAt = Date.now();
+    let dispatched = false;
     let settled = false;
+    let timer: NodeJS.Timeout | undefined;
     const settle = (outcome: () => void) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      post.signal?.removeEventListener('abort', onAbort);
       outcome();
       req.destroy();
       agent.destroy();
     };
-    const fail = (err: unknown) => settle(() => rejectPromise(toOutboundError(err)));
+    const fail = (err: unknown) => settle(() => rejectPromise(toOutboundError(err, dispatched)));
+    const arm = (ms: number) => {
+      timer = setTimeout(
+        () => fail(new OutboundError('timeout', `The attempt did not complete within ${opts.timeoutMs} ms.`, 'ETIMEDOUT', { dispatched })),
+        Math.max(0, ms),
+      );
+    };
+    const onAbort = () => fail(new OutboundError('aborted', 'The attempt was cancelled.', 'ABORT_ERR', { dispatched }));
+    if (post.signal?.aborted) {
+      rejectPromise(new OutboundError('aborted', 'The attempt was cancelled before it started.', 'ABORT_ERR'));
+      return;
+    }
+    post.signal?.addEventListener('abort', onAbort, { once: true });
 
     const req = https.request({
       method: 'POST',
@@ -184,11 +220,27 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
       lookup: opts.lookup,
       ...(opts.ca ? { ca: opts.ca } : {}),
     });
+    arm(opts.timeoutMs);
 
-    const timer = setTimeout(
-      () => fail(new OutboundError('timeout', `The attempt did not complete within ${opts.timeoutMs} ms.`, 'ETIMEDOUT')),
-      opts.timeoutMs,
-    );
+    // Nothing is written before the connection stands, so the caller can still decide not
+    // to send (and an attempt that never got this far never reached the receiver).
+    const dispatch = async () => {
+      clearTimeout(timer);
+      const connectedAfter = Date.now() - startedAt;
+      let go: boolean;
+      try {
+        go = post.beforeSend ? await post.beforeSend() : true;
+      } catch (cause) {
+        if (!settled) settle(() => rejectPromise(new OutboundError('not_sent', 'The request was not sent.', 'NOT_SENT', { cause })));
+        return;
+      }
+      if (settled) return;
+      if (!go) return settle(() => rejectPromise(new OutboundError('not_sent', 'The request was not sent.', 'NOT_SENT')));
+      dispatched = true;
+      arm(opts.timeoutMs - connectedAfter);
+      req.end(body);
+    };
+    req.once('socket', (socket) => socket.once('secureConnect', () => void dispatch()));
 
     req.on('error', fail);
     req.on('response', (res) => {
@@ -212,8 +264,6 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
       });
       res.on('end', () => finish(false));
     });
-
-    req.end(body);
   });
 }
 
@@ -223,13 +273,13 @@ const TLS_MESSAGES: Record<string, string> = {
   CERT_NOT_YET_VALID: "The endpoint's TLS certificate is not valid yet.",
 };
 
-function toOutboundError(err: unknown): OutboundError {
+function toOutboundError(err: unknown, dispatched: boolean): OutboundError {
   if (err instanceof OutboundError) return err;
   const e = err as NodeJS.ErrnoException & { library?: string };
   const code = e?.code;
   if (code && isTlsError(code, e?.library)) {
     const message = TLS_MESSAGES[code] ?? `The endpoint's TLS certificate could not be verified or the TLS handshake failed (${code}).`;
-    return new OutboundError('tls', message, code, { cause: err });
+    return new OutboundError('tls', message, code, { cause: err, dispatched });
   }
   const message =
     code === 'ECONNREFUSED'
@@ -237,7 +287,7 @@ function toOutboundError(err: unknown): OutboundError {
       : code === 'ECONNRESET'
         ? 'The endpoint closed the connection unexpectedly.'
         : `The connection to the endpoint failed${code ? ` (${code})` : ''}.`;
-  return new OutboundError('connection', message, code, { cause: err });
+  return new OutboundError('connection', message, code, { cause: err, dispatched });
 }
 
 function isTlsError(code: string, library: string | undefined): boolean {

@@ -2,11 +2,13 @@ import {
   Client,
   Connection,
   WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
   WorkflowIdConflictPolicy,
   WorkflowIdReusePolicy,
 } from '@temporalio/client';
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import type { deliverWebhook } from '../../workflows/delivery';
+import { RELEASE_SIGNAL } from '../../workflows/policy';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import { workflowIdFor } from './workflow-id';
 
@@ -62,7 +64,25 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
     return { workflowId };
   }
 
-  /** Nothing to release: the client and its connection belong to the caller. */
+  /**
+   * Wakes each released delivery's workflow, which otherwise would sleep out the rest of
+   * its interval. A workflow that has finished (or not started yet) has nothing to wake.
+   */
+  async release(released: { workflowId: string }[]): Promise<void> {
+    const queue = [...released];
+    const signalNext = async (): Promise<void> => {
+      for (let next = queue.shift(); next; next = queue.shift()) {
+        try {
+          await this.options.client.workflow.getHandle(next.workflowId).signal(RELEASE_SIGNAL);
+        } catch (error) {
+          if (!(error instanceof WorkflowNotFoundError)) throw error;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(16, queue.length) }, signalNext));
+  }
+
+  /** Nothing to close: the client and its connection belong to the caller. */
   async close(): Promise<void> {}
 }
 
@@ -74,12 +94,28 @@ function searchAttributesFor(ref: DeliveryRef): SearchAttributePair[] {
   ];
 }
 
-/** A client for the engine; the caller owns it and calls `close` at shutdown. */
-export async function createTemporalClient(options: {
+/**
+ * A client for the engine; the caller owns it and calls `close` at shutdown. The
+ * connection is lazy: the API starts and serves while Temporal is unreachable (deliveries
+ * wait as pending rows, which the sweep starts once it answers), and `reachable` says
+ * whether it answers now, for /readyz and the metrics.
+ */
+export function createTemporalClient(options: {
   address: string;
   namespace: string;
-}): Promise<{ client: Client; close: () => Promise<void> }> {
-  const connection = await Connection.connect({ address: options.address });
+}): { client: Client; reachable: () => Promise<boolean>; close: () => Promise<void> } {
+  const connection = Connection.lazy({ address: options.address, connectTimeout: 2_000 });
   const client = new Client({ connection, namespace: options.namespace });
-  return { client, close: () => connection.close() };
+  return {
+    client,
+    async reachable() {
+      try {
+        await connection.withDeadline(Date.now() + 2_000, () => connection.healthService.check({}));
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    close: () => connection.close(),
+  };
 }

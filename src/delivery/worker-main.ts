@@ -1,13 +1,19 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { NativeConnection, Worker } from '@temporalio/worker';
+import { Registry, collectDefaultMetrics } from 'prom-client';
 import { loadConfig } from '../config';
-import { createLogger } from '../config/logger';
-import { openDatabase } from '../db';
-import { activitiesFromConfig } from './activities';
+import { createLogger, type Logger } from '../config/logger';
+import { openDatabase, type MikroORM } from '../db';
+import { activityDepsFromConfig, createActivities } from './activities';
+import { DeliveryMetrics } from './metrics';
+import { DeliveryRecords } from './records';
 
 /**
  * `npm run worker`: runs delivery workflows and activities for the task queue the API
  * starts them on. Needs TEMPORAL_ADDRESS and the same DATABASE_URL and
- * SECRET_ENCRYPTION_KEYS as the API.
+ * SECRET_ENCRYPTION_KEYS as the API. Serves the same delivery metrics as the API process
+ * on its own `/metrics`, with `/healthz` and `/readyz`, on WORKER_METRICS_PORT.
  */
 async function main(): Promise<void> {
   const config = loadConfig();
@@ -15,24 +21,79 @@ async function main(): Promise<void> {
   if (!config.temporal) throw new Error('TEMPORAL_ADDRESS is required for the worker');
   if (!config.databaseUrl) throw new Error('DATABASE_URL is required for the worker');
   const orm = await openDatabase(config.databaseUrl);
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const records = new DeliveryRecords({ retryIntervalMs: config.delivery.retryIntervalMs });
+  const metrics = new DeliveryMetrics(registry, { orm, records });
   const connection = await NativeConnection.connect({ address: config.temporal.address });
+  let worker: Worker | null = null;
+  const server = await serveWorkerEndpoints({ port: config.workerMetricsPort, host: config.host, registry, orm, logger, running: () => worker?.getState() === 'RUNNING' });
   try {
-    const worker = await Worker.create({
+    worker = await Worker.create({
       connection,
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
       workflowsPath: require.resolve('../../workflows'),
-      activities: activitiesFromConfig(config, { orm, logger }),
+      activities: createActivities(activityDepsFromConfig(config, { orm, logger, onEvent: metrics.observe })),
     });
-    logger.info({ taskQueue: config.temporal.taskQueue }, 'delivery worker running');
+    logger.info({ taskQueue: config.temporal.taskQueue, metrics: `http://${config.host}:${(server.address() as AddressInfo).port}/metrics` }, 'delivery worker running');
     await worker.run();
   } finally {
+    server.close();
     await connection.close();
     await orm.close();
   }
 }
 
+/** /metrics, /healthz (alive) and /readyz (database answering and the worker polling). */
+async function serveWorkerEndpoints(options: {
+  port: number;
+  host: string;
+  registry: Registry;
+  orm: MikroORM;
+  logger: Logger;
+  running: () => boolean;
+}): Promise<http.Server> {
+  const { registry, orm, logger } = options;
+  const answer = (res: http.ServerResponse, status: number, type: string, body: string) =>
+    res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) }).end(body);
+  const server = http.createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path === '/healthz') return answer(res, 200, 'application/json', '{"status":"ok"}');
+    if (path === '/readyz') {
+      void orm.em
+        .fork()
+        .execute('select 1')
+        .then(
+          () => true,
+          () => false,
+        )
+        .then((database) => {
+          const down = [...(database ? [] : ['database']), ...(options.running() ? [] : ['worker'])];
+          answer(res, down.length ? 503 : 200, 'application/json', JSON.stringify(down.length ? { status: 'unavailable', down } : { status: 'ready' }));
+        });
+      return;
+    }
+    if (path === '/metrics') {
+      void registry.metrics().then(
+        (text) => answer(res, 200, registry.contentType, text),
+        (error: unknown) => {
+          logger.warn({ err: error }, 'metrics collection failed');
+          answer(res, 503, 'application/json', '{"code":"UNAVAILABLE","message":"Metrics are unavailable."}');
+        },
+      );
+      return;
+    }
+    answer(res, 404, 'application/json', '{"code":"ROUTE_NOT_FOUND","message":"No such route."}');
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => resolve());
+  });
+  return server;
+}
+
 main().catch((error: unknown) => {
   process.stderr.write(`worker: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
+  process.exitCode = 1;
 });

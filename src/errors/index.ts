@@ -82,6 +82,8 @@ export const ERRORS = {
   ORGANIZATION_NOT_FOUND: [Code.NotFound, 404],
   NOT_ENTERPRISE: [Code.FailedPrecondition, 409],
   KILL_SWITCH_REASON_REQUIRED: [Code.InvalidArgument, 400],
+  DELIVERY_NOT_FOUND: [Code.NotFound, 404],
+  DELIVERY_LOOKUP_INVALID: [Code.InvalidArgument, 400],
 } as const satisfies Record<string, readonly [Code, number]>;
 
 export type ErrorCode = keyof typeof ERRORS;

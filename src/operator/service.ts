@@ -1,10 +1,13 @@
 import { create, type JsonObject } from '@bufbuild/protobuf';
-import { timestampDate, timestampFromDate, type Timestamp } from '@bufbuild/protobuf/wkt';
+import { timestampDate, timestampFromDate, timestampFromMs, type Timestamp } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import {
   AuditEventSchema,
   DeadLetterSchema,
+  DeliveryAttemptSchema,
+  DeliveryRecordSchema,
   KillSwitchSchema,
+  type GetDeliveryRequest,
   type GetKillSwitchRequest,
   type ListDeadLettersRequest,
   type OperatorService,
@@ -14,14 +17,18 @@ import {
 } from '../gen/publishing/operator/v1/operator_service_pb';
 import { appendAuditEvent, queryAuditEvents } from '../audit';
 import { OrganizationSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
-import { GLOBAL_SCOPE, readKillSwitch, writeKillSwitch, type KillSwitchState } from '../delivery';
+import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type KillSwitchState } from '../delivery';
+import type { Logger } from '../config/logger';
 import { requestIdKey } from '../context';
 import { apiError } from '../errors';
 
 export interface OperatorServiceDeps {
   now: () => number;
-  /** Told when a switch goes off, so held deliveries go out at once. */
-  onDeliveriesReleased: () => void;
+  /** Owner of the delivery rows, dead letters and kill switches. */
+  deliveries: DeliveryRecords;
+  /** Told which held deliveries a switch released, so they go out at once. */
+  engine: Pick<DeliveryEngine, 'release'>;
+  logger: Logger;
 }
 
 /** Internal operations; the auth interceptor admits only the operator credential here. */
@@ -31,7 +38,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
   async getKillSwitch(req: GetKillSwitchRequest, ctx: HandlerContext) {
     const em = entityManagerOf(ctx);
     const scope = await this.scopeOf(em, req.organizationId);
-    return { killSwitch: killSwitchMessage(await readKillSwitch(em, scope)) };
+    return { killSwitch: killSwitchMessage(await this.deps.deliveries.readKillSwitch(em, scope)) };
   }
 
   async setKillSwitch(req: SetKillSwitchRequest, ctx: HandlerContext) {
@@ -39,8 +46,8 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     const reason = req.reason.trim();
     if (req.enabled && !reason) throw apiError('KILL_SWITCH_REASON_REQUIRED', 'Say why deliveries are stopped.');
     const scope = await this.scopeOf(em, req.organizationId);
-    const state = await em.transactional(async (tx) => {
-      const written = await writeKillSwitch(tx, scope, req.enabled, reason, new Date(this.deps.now()));
+    const { state, released } = await em.transactional(async (tx) => {
+      const written = await this.deps.deliveries.writeKillSwitch(tx, scope, req.enabled, reason);
       await appendAuditEvent(tx, {
         organizationId: scope === GLOBAL_SCOPE ? null : scope,
         actorUserId: null,
@@ -54,7 +61,13 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
       });
       return written;
     });
-    if (!req.enabled) this.deps.onDeliveriesReleased();
+    // After the commit, outside the transaction: waking Temporal workflows goes over the network.
+    if (released.length > 0) {
+      await this.deps.engine.release(released).catch((error: unknown) => {
+        // The rows are due already; a workflow not woken now sends when its interval ends.
+        this.deps.logger.warn({ err: error, released: released.length }, 'could not wake every released delivery');
+      });
+    }
     return { killSwitch: killSwitchMessage(state) };
   }
 
@@ -99,41 +112,67 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     if ((req.organizationId && !isUuid(req.organizationId)) || (req.endpointId && !isUuid(req.endpointId))) {
       return { deadLetters: [], nextPageToken: '' };
     }
-    const where: string[] = [];
-    const params: unknown[] = [];
-    const filter = (clause: string, ...values: unknown[]) => {
-      where.push(clause);
-      params.push(...values);
-    };
-    if (req.organizationId) filter('l.organization_id = ?', req.organizationId);
-    if (req.endpointId) filter('l.endpoint_id = ?', req.endpointId);
-    if (req.since) filter('l.created_at >= ?', timestampDate(req.since));
-    if (req.until) filter('l.created_at < ?', timestampDate(req.until));
-    if (cursor) filter('(l.created_at, l.delivery_id) < (?, ?)', new Date(cursor.at), cursor.id);
-    const rows = await em.execute<DeadLetterRow[]>(
-      `select l.delivery_id, l.organization_id, l.endpoint_id, l.created_at, d.event_id, d.event_type, d.attempt_count, d.last_error, d.workflow_id
-         from dead_letters l join webhook_deliveries d on d.id = l.delivery_id
-        ${where.length ? `where ${where.join(' and ')}` : ''}
-        order by l.created_at desc, l.delivery_id desc limit ?`,
-      [...params, limit + 1],
-    );
+    const rows = await this.deps.deliveries.listDeadLetters(em, {
+      organizationId: req.organizationId || undefined,
+      endpointId: req.endpointId || undefined,
+      since: dateOf(req.since),
+      until: dateOf(req.until),
+      before: cursor ? { at: new Date(cursor.at), deliveryId: cursor.id } : undefined,
+      limit: limit + 1,
+    });
     const page = rows.slice(0, limit);
     const last = page.at(-1);
     return {
       deadLetters: page.map((row) =>
         create(DeadLetterSchema, {
-          deliveryId: row.delivery_id,
-          organizationId: row.organization_id,
-          endpointId: row.endpoint_id,
-          eventId: row.event_id,
-          eventType: row.event_type,
-          attemptCount: row.attempt_count,
-          lastError: row.last_error ?? '',
-          deadLetteredAt: timestampFromDate(new Date(row.created_at)),
-          workflowId: row.workflow_id,
+          ...row,
+          lastError: row.lastError ?? '',
+          deadLetteredAt: timestampFromDate(row.deadLetteredAt),
         }),
       ),
-      nextPageToken: rows.length > limit && last ? encodeCursor({ at: new Date(last.created_at).toISOString(), id: last.delivery_id }) : '',
+      nextPageToken: rows.length > limit && last ? encodeCursor({ at: last.deadLetteredAt.toISOString(), id: last.deliveryId }) : '',
+    };
+  }
+
+  async getDelivery(req: GetDeliveryRequest, ctx: HandlerContext) {
+    const em = entityManagerOf(ctx);
+    const byId = req.deliveryId !== '';
+    const byEvent = req.endpointId !== '' || req.eventId !== '';
+    if (byId === byEvent || (byEvent && (!req.endpointId || !req.eventId))) {
+      throw apiError('DELIVERY_LOOKUP_INVALID', 'Give deliveryId, or endpointId together with eventId.');
+    }
+    const notFound = () => apiError('DELIVERY_NOT_FOUND', 'No such delivery.');
+    if (byId ? !isUuid(req.deliveryId) : !isUuid(req.endpointId)) throw notFound();
+    const view = await this.deps.deliveries.lookup(em, byId ? { deliveryId: req.deliveryId } : { endpointId: req.endpointId, eventId: req.eventId });
+    if (!view) throw notFound();
+    return {
+      delivery: create(DeliveryRecordSchema, {
+        deliveryId: view.id,
+        organizationId: view.organizationId,
+        endpointId: view.endpointId,
+        eventId: view.eventId,
+        eventType: view.eventType,
+        status: view.status,
+        attemptCount: view.attemptCount,
+        nextAttemptAt: view.nextAttemptAtMs === null ? undefined : timestampFromMs(view.nextAttemptAtMs),
+        lastError: view.lastError ?? '',
+        workflowId: view.workflowId,
+        deadLettered: view.deadLetteredAt !== null,
+        deadLetteredAt: view.deadLetteredAt ? timestampFromDate(view.deadLetteredAt) : undefined,
+        deliveredAt: view.deliveredAtMs === null ? undefined : timestampFromMs(view.deliveredAtMs),
+        createdAt: timestampFromMs(view.createdAtMs),
+        attempts: view.attempts.map((a) =>
+          create(DeliveryAttemptSchema, {
+            attempt: a.attempt,
+            startedAt: timestampFromDate(a.startedAt),
+            dispatchedAt: a.dispatchedAt ? timestampFromDate(a.dispatchedAt) : undefined,
+            finishedAt: a.finishedAt ? timestampFromDate(a.finishedAt) : undefined,
+            durationMs: a.finishedAt ? BigInt(a.finishedAt.getTime() - a.startedAt.getTime()) : 0n,
+            httpStatus: a.responseStatus ?? 0,
+            error: a.error ?? '',
+          }),
+        ),
+      }),
     };
   }
 
@@ -156,18 +195,6 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     if (!organization) throw apiError('ORGANIZATION_NOT_FOUND', `No organization ${organizationId.slice(0, 64)}.`);
     return organization.id;
   }
-}
-
-interface DeadLetterRow {
-  delivery_id: string;
-  organization_id: string;
-  endpoint_id: string;
-  created_at: Date;
-  event_id: string;
-  event_type: string;
-  attempt_count: number;
-  last_error: string | null;
-  workflow_id: string;
 }
 
 function dateOf(timestamp: Timestamp | undefined): Date | undefined {

@@ -13,13 +13,15 @@ import { PostServiceImpl } from '../posts';
 import { WebhookServiceImpl, SecretBox, WebhookRateLimiter } from '../webhooks';
 import { OperatorServiceImpl } from '../operator';
 import {
-  activitiesFromConfig,
+  activityDepsFromConfig,
   createTemporalClient,
+  DeliveryAttempts,
+  DeliveryRecords,
   EmbeddedDeliveryEngine,
   PendingDeliverySweeper,
   TemporalDeliveryEngine,
-  type DeliveryActivities,
   type DeliveryEngine,
+  type DeliveryEvent,
 } from '../delivery';
 import { Health } from '../gen/grpc/health/v1/health_pb';
 import { ConnectionService } from '../gen/publishing/v1/connection_service_pb';
@@ -80,39 +82,58 @@ export interface BuildOptions {
 }
 
 export interface Deliveries {
+  records: DeliveryRecords;
   engine: DeliveryEngine;
   /** The embedded engine, when no Temporal address is configured. */
   embedded: EmbeddedDeliveryEngine | null;
+  /** Whether the engine answers now (Temporal may be unreachable; the embedded engine always is). */
+  reachable(): Promise<boolean>;
   close(): Promise<void>;
 }
 
 /** Temporal when TEMPORAL_ADDRESS is set; otherwise the embedded engine over the delivery rows. */
-async function deliveryEngineFor(
+function deliveriesFor(
   config: Config,
-  deps: { orm: MikroORM; activities: DeliveryActivities; logger: Logger; now: () => number },
-): Promise<Deliveries> {
-  if (config.temporal) {
-    const temporal = await createTemporalClient(config.temporal);
+  deps: {
+    orm: MikroORM;
+    logger: Logger;
+    now: () => number;
+    records: DeliveryRecords;
+    temporal: ReturnType<typeof createTemporalClient> | null;
+    onEvent: (event: DeliveryEvent) => void;
+  },
+): Deliveries {
+  const { records, temporal } = deps;
+  if (config.temporal && temporal) {
     const engine = new TemporalDeliveryEngine({
       client: temporal.client,
       taskQueue: config.temporal.taskQueue,
       searchAttributes: config.temporal.searchAttributes,
     });
-    const sweeper = new PendingDeliverySweeper({ orm: deps.orm, engine, logger: deps.logger, intervalMs: 30_000, olderThanMs: 60_000, now: deps.now });
+    const sweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, intervalMs: 30_000, olderThanMs: 60_000, now: deps.now });
     sweeper.begin();
     deps.logger.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue }, 'deliveries run on Temporal');
     return {
+      records,
       engine,
       embedded: null,
+      reachable: temporal.reachable,
       async close() {
         await sweeper.close();
         await temporal.close();
       },
     };
   }
-  const embedded = new EmbeddedDeliveryEngine({ ...deps, pollIntervalMs: config.delivery.pollIntervalMs });
+  const attempts = new DeliveryAttempts(activityDepsFromConfig(config, deps));
+  const embedded = new EmbeddedDeliveryEngine({
+    orm: deps.orm,
+    attempts,
+    logger: deps.logger,
+    pollIntervalMs: config.delivery.pollIntervalMs,
+    concurrency: config.delivery.concurrency,
+  });
   deps.logger.info('deliveries run on the embedded engine (no TEMPORAL_ADDRESS)');
-  return { engine: embedded, embedded, close: () => embedded.close() };
+  return { records, engine: embedded, embedded, reachable: async () => true, close: () => embedded.close() };
 }
 
 /** Composition root: wires every dependency and returns a listening app (port 0 picks a free one). */
@@ -146,20 +167,20 @@ export async function start(options: BuildOptions): Promise<App> {
   limiterPool.on('error', (error) => logger.warn({ err: error }, 'rate-limit pool lost a connection'));
   const principals = options.cachePrincipals === false ? undefined : new PrincipalCache({ connectionString: String(orm.config.get('clientUrl')), logger });
   await principals?.start();
-  const activities = activitiesFromConfig(config, { orm, logger, now, onEvent: (event) => metrics.observeDelivery(event) });
-  const delivery = await deliveryEngineFor(config, { orm, activities, logger, now });
-  const embedded = delivery.embedded;
-  const metrics = new Metrics({ orm, deliveryLagSeconds: embedded ? () => embedded.lagSeconds() : null });
+  const records = new DeliveryRecords({ now, retryIntervalMs: config.delivery.retryIntervalMs });
+  const temporal = config.temporal ? createTemporalClient(config.temporal) : null;
+  const metrics = new Metrics({ orm, records, engineReachable: temporal?.reachable });
+  const delivery = deliveriesFor(config, { orm, logger, now, records, temporal, onEvent: metrics.observeDelivery });
   const webhooks = new WebhookServiceImpl({
     secrets,
     limiter: new WebhookRateLimiter(limiterPool),
+    deliveries: delivery.records,
     engine: delivery.engine,
     allowCidrs: config.delivery.allowCidrs,
     now,
   });
-  const operator = new OperatorServiceImpl({ now, onDeliveriesReleased: () => delivery.embedded?.wake() });
-  // Only now: its attempts report to the metrics, which exist from here on.
-  embedded?.begin();
+  const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, logger });
+  delivery.embedded?.begin();
 
   const [ReflectionV1, ReflectionV1alpha] = REFLECTION_SERVICES;
   const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, OperatorService, ...REFLECTION_SERVICES]);

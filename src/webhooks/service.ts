@@ -16,7 +16,6 @@ import {
 import { requireCustomer } from '../auth';
 import {
   OrganizationSchema,
-  WebhookDeliverySchema,
   WebhookEndpointSchema,
   afterCursor,
   decodeCursor,
@@ -28,7 +27,7 @@ import {
   type WebhookEndpoint,
 } from '../db';
 import { apiError } from '../errors';
-import { listedDelivery, recentDeliveriesByEndpoint, workflowIdFor, type DeliveryEngine, type ListedDelivery } from '../delivery';
+import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
@@ -38,6 +37,8 @@ import { type SecretBox, newSigningSecret } from './secret-box';
 export interface WebhookServiceDeps {
   secrets: SecretBox;
   limiter: WebhookRateLimiter;
+  /** Owner of the delivery rows. */
+  deliveries: DeliveryRecords;
   engine: DeliveryEngine;
   /** CIDRs exempt from the address check of endpoint URLs (tests only). */
   allowCidrs: string[];
@@ -60,7 +61,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1, exclude: ['secretCiphertext'] },
     );
     const { page, nextPageToken } = pageOf(endpoints, limit, (e) => e.createdAt);
-    const recent = await recentDeliveriesByEndpoint(em, page.map((e) => e.id));
+    const recent = await this.deps.deliveries.listRecent(em, page.map((e) => e.id));
     return {
       endpoints: page.map((e) => endpointMessage(e, recent.get(e.id) ?? [])),
       nextPageToken,
@@ -112,26 +113,17 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       createdAt: now.toISOString(),
       data: { endpointId: endpoint.id, message: 'This is a test delivery from the publishing platform.' },
     });
-    const delivery = await em.transactional(async (tx) => {
+    const [delivery] = await em.transactional(async (tx) => {
       const organization = await tx.findOneOrFail(OrganizationSchema, { id: principal.organizationId });
       await takeDeliveryQuota(tx, organization, now);
-      return tx.create(WebhookDeliverySchema, {
-        organizationId: principal.organizationId,
-        endpointId: endpoint.id,
-        eventId,
-        eventType: 'webhook.test',
-        payload,
-        status: 'pending',
-        attemptCount: 0,
-        nextAttemptAt: now,
-        workflowId: workflowIdFor(ref),
-      });
+      return this.deps.deliveries.record(tx, [{ ...ref, eventType: 'webhook.test', payload, workflowId: workflowIdFor(ref) }]);
     });
+    if (!delivery) throw new Error('the recorded delivery was not read back');
     await this.deps.engine.start(
       { deliveryId: delivery.id, ...ref },
       { eventType: 'webhook.test', targetHost: new URL(endpoint.url).host },
     );
-    return { delivery: deliveryMessage(listedDelivery(delivery)) };
+    return { delivery: deliveryMessage(delivery) };
   }
 
   async deleteWebhook(req: DeleteWebhookRequest, ctx: HandlerContext) {

@@ -3,7 +3,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import { openDatabase, WebhookEndpointSchema, type MikroORM } from '../../src/db';
 import { createOrganization } from '../../src/auth';
-import { createActivities, createOutboundClient, writeKillSwitch, workflowIdFor, type DeliveryRef } from '../../src/delivery';
+import { createActivities, createOutboundClient, DeliveryRecords, workflowIdFor, type DeliveryRef } from '../../src/delivery';
 import { SecretBox, newSigningSecret } from '../../src/webhooks';
 import { createLogger } from '../../src/config/logger';
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
@@ -126,13 +126,13 @@ describe('attemptDelivery', () => {
     next = { status: 200 };
     const { ref } = await delivery();
     const before = receiver.requests.length;
-    await writeKillSwitch(orm.em.fork(), organizationId, true, 'drill', new Date(NOW));
+    await new DeliveryRecords({ now: () => NOW }).writeKillSwitch(orm.em.fork(), organizationId, true, 'drill');
     try {
-      await expect(env.run(activities.attemptDelivery, ref)).resolves.toEqual({ kind: 'held' });
+      await expect(env.run(activities.attemptDelivery, ref)).resolves.toEqual({ kind: 'held', sent: 0 });
       expect(await rowOf(ref)).toMatchObject({ status: 'held', attempt_count: 0 });
       expect(receiver.requests.length).toBe(before);
     } finally {
-      await writeKillSwitch(orm.em.fork(), organizationId, false, '', new Date(NOW));
+      await new DeliveryRecords({ now: () => NOW }).writeKillSwitch(orm.em.fork(), organizationId, false, '');
     }
     await expect(env.run(activities.attemptDelivery, ref)).resolves.toEqual({ kind: 'delivered', attempt: 1, status: 200 });
   });

@@ -1,6 +1,4 @@
 import { createHmac } from 'node:crypto';
-import pino from 'pino';
-import { ApplicationFailure } from '@temporalio/common';
 import { startTestApp, TEST_ENV, type TestApp, type Tenant } from '../support/app';
 import { client, rest } from '../support/clients';
 import { makeTestTls, type TestTls } from '../support/tls';
@@ -10,9 +8,6 @@ import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/config/logger';
 import { openDatabase } from '../../src/db';
 import { start } from '../../src/server';
-import { EmbeddedDeliveryEngine } from '../../src/delivery/embedded-engine';
-import { FAILURE_TYPES } from '../../src/delivery/contract';
-import { ATTEMPT_TIMEOUT_MS } from '../../workflows/policy';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -230,61 +225,5 @@ it('a restart mid-retry resumes the delivery without a duplicate attempt', async
     }
     first.app.close = async () => undefined;
     await first.close();
-  }
-});
-
-it('a step that fails after its attempt (database gone while dead-lettering) is logged and taken again after its lease', async () => {
-  const app = await startTestApp({ DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '50', DELIVERY_TEST_RETRY_INTERVAL_MS: '30000' });
-  const unhandled: unknown[] = [];
-  const onUnhandled = (reason: unknown) => unhandled.push(reason);
-  process.on('unhandledRejection', onUnhandled);
-  let engine: EmbeddedDeliveryEngine | null = null;
-  try {
-    const tenant = await app.tenant();
-    const r = await receiver(() => ({ status: 500 }));
-    const endpoint = await createEndpoint(app, tenant, `${r.url}/exhausted`);
-    const id = await sendTest(app, tenant, endpoint.id);
-    await waitForRow(app, id, (x) => x.status === 'retrying' && x.attempt_count === 1);
-    await app.app.close();
-    await app.orm.em.fork().execute('update webhook_deliveries set next_attempt_at = now(), lease_until = null where id = ?', [id]);
-
-    const logged: Array<{ level: number; msg: string; deliveryId?: string; err?: { message: string } }> = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
-    let clock = Date.now();
-    const deadLettered: string[] = [];
-    engine = new EmbeddedDeliveryEngine({
-      orm: app.orm,
-      logger,
-      pollIntervalMs: 20,
-      now: () => clock,
-      activities: {
-        attemptDelivery: async () => {
-          throw ApplicationFailure.nonRetryable('All 8 attempts are used.', FAILURE_TYPES.attemptsExhausted);
-        },
-        deadLetter: async (ref) => {
-          deadLettered.push(ref.deliveryId);
-          if (deadLettered.length === 1) throw new Error('Connection terminated unexpectedly');
-        },
-      },
-    });
-    engine.begin();
-    const deadline = Date.now() + 5_000;
-    while (!logged.some((l) => l.deliveryId === id) && Date.now() < deadline) await sleep(10);
-    const failure = logged.find((l) => l.deliveryId === id);
-    expect(failure).toMatchObject({ level: 50, msg: 'delivery step failed; it is retried after its lease', err: { message: 'Connection terminated unexpectedly' } });
-    expect(deadLettered).toEqual([id]);
-
-    // The lease still holds the delivery; once it runs out, the step is taken again and completes.
-    await sleep(100);
-    expect(deadLettered).toEqual([id]);
-    clock += ATTEMPT_TIMEOUT_MS * 2 + 1;
-    while (deadLettered.length < 2 && Date.now() < deadline) await sleep(10);
-    expect(deadLettered).toEqual([id, id]);
-    expect(unhandled).toEqual([]);
-  } finally {
-    process.off('unhandledRejection', onUnhandled);
-    await engine?.close();
-    app.app.close = async () => undefined;
-    await app.close();
   }
 });

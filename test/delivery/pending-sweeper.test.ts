@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { openDatabase, WebhookEndpointSchema, type MikroORM } from '../../src/db';
 import { createOrganization } from '../../src/auth';
-import { PendingDeliverySweeper, workflowIdFor, type DeliveryEngine, type DeliveryMeta, type DeliveryRef } from '../../src/delivery';
+import { DeliveryRecords, PendingDeliverySweeper, workflowIdFor, type DeliveryEngine, type DeliveryMeta, type DeliveryRef } from '../../src/delivery';
 import { createLogger } from '../../src/config/logger';
 import { createTestDatabase } from '../support/databases';
 
@@ -12,6 +12,7 @@ class RecordingEngine implements DeliveryEngine {
     this.started.push({ ref, meta });
     return { workflowId: workflowIdFor(ref) };
   }
+  async release() {}
   async close() {}
 }
 
@@ -59,7 +60,7 @@ describe('the pending-delivery sweep (Temporal engine)', () => {
     await delivery(org.id, endpoint.id, 'delivered', 120_000);
 
     const engine = new RecordingEngine();
-    const sweeper = new PendingDeliverySweeper({ orm, engine, logger: createLogger('silent'), intervalMs: 60_000, olderThanMs: 60_000, now: () => NOW });
+    const sweeper = new PendingDeliverySweeper({ orm, records: new DeliveryRecords({ now: () => NOW }), engine, logger: createLogger('silent'), intervalMs: 60_000, olderThanMs: 60_000, now: () => NOW });
     expect(await sweeper.sweep()).toBe(1);
     expect(engine.started).toEqual([
       {

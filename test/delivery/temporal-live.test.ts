@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { Client, Connection } from '@temporalio/client';
-import { activitiesFromConfig } from '../../src/delivery';
+import { activityDepsFromConfig, createActivities } from '../../src/delivery';
 import { createLogger } from '../../src/config/logger';
 import { startTestApp, type TestApp } from '../support/app';
 import { rest } from '../support/clients';
@@ -31,7 +31,7 @@ live('deliveries on a real Temporal server', () => {
       connection,
       taskQueue,
       workflowsPath: require.resolve('../../workflows'),
-      activities: activitiesFromConfig(t.config, { orm: t.orm, logger: createLogger('silent') }),
+      activities: createActivities(activityDepsFromConfig(t.config, { orm: t.orm, logger: createLogger('silent') })),
     });
     running = worker.run();
     client = new Client({ connection: await Connection.connect({ address: process.env.TEMPORAL_ADDRESS! }) });
