@@ -441,7 +441,7 @@ export class DeliveryRecords {
       const now = new Date(this.now());
       const closed = await k
         .updateTable('delivery_attempts')
-        .set({ finished_at: now, response_status: outcome.status, error: outcome.error, dispatched_at: (eb) => eb.fn.coalesce('dispatched_at', sql<Date>`${now}`) })
+        .set({ finished_at: now, response_status: outcome.status, error: outcome.error })
         .where('delivery_id', '=', ref.deliveryId)
         .where('attempt', '=', attempt)
         .where('started_at', '=', startedAt)

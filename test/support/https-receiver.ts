@@ -12,7 +12,7 @@
  *
  * `respond` is called once per request, after its body was read, with the request's
  * 0-based index. Actions:
- *   { status, body?, headers? }          an ordinary response (default: 200, empty body)
+ *   { status, body?, headers?, delayMs? } an ordinary response (default: 200, empty body), after delayMs
  *   'reset'                              the TCP connection is reset, no response
  *   'hang'                               nothing is ever sent back
  *   { drip: { bytes, intervalMs } }      200, then one byte of body every intervalMs
@@ -24,7 +24,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { TestTls } from './tls';
 
 export type ReceiverAction =
-  | { status: number; body?: string; headers?: Record<string, string> }
+  | { status: number; body?: string; headers?: Record<string, string>; delayMs?: number }
   | 'reset'
   | 'hang'
   | { drip: { bytes: number; intervalMs: number } };
@@ -38,6 +38,8 @@ export interface ReceivedRequest {
   rawBody: string;
   /** Date.now() when the whole body had arrived. */
   receivedAt: number;
+  /** The status sent back, once it was (a reset or a hang never sets it). */
+  answered?: number;
 }
 
 export interface HttpsReceiver {
@@ -67,13 +69,14 @@ export async function startHttpsReceiver(options: ReceiverOptions): Promise<Http
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
       const index = requests.length;
-      requests.push({
+      const received: ReceivedRequest = {
         method: req.method ?? '',
         path: req.url ?? '',
         headers: req.headers,
         rawBody: Buffer.concat(chunks).toString('utf8'),
         receivedAt: Date.now(),
-      });
+      };
+      requests.push(received);
       for (const wake of waiters) wake();
 
       const action = respond(index, req);
@@ -86,6 +89,8 @@ export async function startHttpsReceiver(options: ReceiverOptions): Promise<Http
         return;
       }
       if ('drip' in action) {
+        // Answered only once the whole body went out: a client that gave up never got a 200.
+        res.once('finish', () => (received.answered = 200));
         res.writeHead(200, { 'content-type': 'text/plain' });
         let sent = 0;
         const timer = setInterval(() => {
@@ -101,8 +106,18 @@ export async function startHttpsReceiver(options: ReceiverOptions): Promise<Http
         timers.add(timer);
         return;
       }
-      res.writeHead(action.status, action.headers);
-      res.end(action.body ?? '');
+      const answer = () => {
+        if (res.destroyed) return;
+        received.answered = action.status;
+        res.writeHead(action.status, action.headers);
+        res.end(action.body ?? '');
+      };
+      if (!action.delayMs) return answer();
+      const timer = setTimeout(() => {
+        timers.delete(timer);
+        answer();
+      }, action.delayMs);
+      timers.add(timer);
     });
   });
   server.on('secureConnection', (socket) => {
@@ -138,7 +153,7 @@ export async function startHttpsReceiver(options: ReceiverOptions): Promise<Http
       });
     },
     async close() {
-      for (const timer of timers) clearInterval(timer);
+      for (const timer of timers) clearTimeout(timer);
       for (const socket of sockets) socket.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
