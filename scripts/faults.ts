@@ -1,41 +1,110 @@
 /**
- * Fault injection: `npm run faults`. Runs the service as real child processes against
- * its own database and injects what production will do to it:
+ * Fault injection: `npm run faults`. Runs the service as real child processes against a
+ * PostgreSQL cluster of its own (initdb in a temporary directory, on a free port), so that
+ * restarting that cluster touches nothing else, and injects what production will do to it:
  *   1. receiver faults: 500, timeout, connection reset, slow drip, redirect, TLS failure;
  *   2. the service killed with SIGKILL in the middle of retries, then restarted;
- *   3. PostgreSQL restarted under a running service (needs pg_ctlcluster; skipped, and
- *      said so, where the cluster cannot be restarted);
+ *   3. PostgreSQL stopped while a receiver holds 16 requests for 3 s, and restarted with
+ *      deliveries retrying;
  *   4. two service instances taking 1,000 concurrent test calls.
- * It prints what it injected and what it found, and exits non-zero when a delivery was
- * lost, sent twice for one attempt, or counted wrong. Traffic stays on 127.0.0.1.
+ * Per event it checks what the README promises: arrivals at the receiver equal the attempts
+ * recorded as sent, exactly one successful attempt per delivered event, and no arrival
+ * without an accepted call. It stops every process it started and removes its cluster,
+ * also when a check fails. Traffic stays on 127.0.0.1.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { chownSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { openDatabase, migrate } from '../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../src/auth';
+import { INTERRUPTED_ATTEMPT } from '../src/delivery';
 import { makeTestTls } from '../test/support/tls';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../test/support/https-receiver';
 import { serviceNodeFlags } from './service-node-flags';
 
 const ROOT = path.resolve(__dirname, '..');
-const ADMIN_URL = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-// Its own name each run, so a service left over from an interrupted run cannot touch it.
-const DATABASE = `publishing_faults_${process.pid}`;
-const DATABASE_URL = Object.assign(new URL(ADMIN_URL), { pathname: `/${DATABASE}` }).toString();
 const TERMINAL = ['delivered', 'dead_lettered', 'failed'];
 
 const violations: string[] = [];
-const counts = { faultsInjected: 0, deliveries: 0, lost: 0, sentTwice: 0 };
+const counts = { faultsInjected: 0, deliveries: 0, lost: 0, unexplainedArrivals: 0 };
 
 function check(ok: boolean, message: string): void {
   if (!ok) violations.push(message);
   console.log(`  ${ok ? 'ok  ' : 'FAIL'} ${message}`);
 }
 
-async function sql<T = Record<string, unknown>>(text: string, params: unknown[] = [], url = DATABASE_URL): Promise<T[]> {
-  const client = new Client({ connectionString: url });
+/** A PostgreSQL cluster of this run's own: created, started, restarted and removed by it. */
+class OwnCluster {
+  private constructor(
+    private readonly bin: string,
+    private readonly dir: string,
+    readonly port: number,
+    private readonly asUser: string | null,
+  ) {}
+
+  static async create(): Promise<OwnCluster> {
+    const versions = readdirSync('/usr/lib/postgresql').filter((v) => /^\d+$/.test(v)).sort((a, b) => Number(a) - Number(b));
+    const version = versions.at(-1);
+    if (!version) throw new Error('no PostgreSQL server binaries under /usr/lib/postgresql');
+    const bin = `/usr/lib/postgresql/${version}/bin`;
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'publishing-faults-pg-'));
+    // PostgreSQL refuses to run as root: the cluster then belongs to the postgres user.
+    const asUser = process.getuid?.() === 0 ? 'postgres' : null;
+    if (asUser) {
+      const { uid, gid } = statSync('/var/lib/postgresql');
+      chownSync(dir, uid, gid);
+    }
+    const cluster = new OwnCluster(bin, dir, await freePort(), asUser);
+    cluster.run('initdb', ['-D', `${dir}/data`, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync']);
+    await cluster.start();
+    return cluster;
+  }
+
+  get adminUrl(): string {
+    return `postgres://postgres@127.0.0.1:${this.port}/postgres`;
+  }
+
+  async start(): Promise<void> {
+    const options = `-p ${this.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${this.dir} -c fsync=off -c max_connections=200`;
+    this.run('pg_ctl', ['-D', `${this.dir}/data`, '-o', options, '-l', `${this.dir}/server.log`, '-w', 'start']);
+  }
+
+  stop(): void {
+    this.run('pg_ctl', ['-D', `${this.dir}/data`, '-m', 'fast', '-w', 'stop']);
+  }
+
+  destroy(): void {
+    try {
+      this.stop();
+    } catch {
+      // Already stopped.
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  private run(tool: string, args: string[]): void {
+    const command = path.join(this.bin, tool);
+    if (this.asUser) execFileSync('runuser', ['-u', this.asUser, '--', command, ...args], { stdio: 'pipe' });
+    else execFileSync(command, args, { stdio: 'pipe' });
+  }
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+let cluster: OwnCluster | null = null;
+let databaseUrl = '';
+
+async function sql<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
+  const client = new Client({ connectionString: databaseUrl });
   await client.connect();
   try {
     return (await client.query(text, params)).rows as T[];
@@ -46,7 +115,6 @@ async function sql<T = Record<string, unknown>>(text: string, params: unknown[] 
 
 interface Service {
   url: string;
-  process: ChildProcess;
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
@@ -63,16 +131,25 @@ function keepOutput(name: string, stream: NodeJS.ReadableStream): void {
 }
 let servicesStarted = 0;
 
+/** Every service still running; each is its own process group, so nothing it spawned survives it. */
 const children = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
-});
+function killAll(): void {
+  for (const child of children) {
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // Gone already.
+    }
+  }
+}
 
 async function startService(env: Record<string, string>): Promise<Service> {
-  const child = spawn(process.execPath, [require.resolve('tsx/cli'), ...serviceNodeFlags(ROOT), 'src/server/main.ts'], {
+  // One process, not tsx's launcher and a child: a signal reaches the service itself.
+  const child = spawn(process.execPath, ['--import', 'tsx', ...serviceNodeFlags(ROOT), 'src/server/main.ts'], {
     cwd: ROOT,
-    env: { ...process.env, NODE_ENV: 'test', PORT: '0', LOG_LEVEL: 'info', DATABASE_URL, ...env },
+    env: { ...process.env, NODE_ENV: 'test', PORT: '0', LOG_LEVEL: 'info', DATABASE_URL: databaseUrl, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
   });
   children.add(child);
   const name = `service ${++servicesStarted} pid ${child.pid}`;
@@ -81,9 +158,9 @@ async function startService(env: Record<string, string>): Promise<Service> {
   let stopping = false;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.once('exit', (code, signal) => {
+    children.delete(child);
     if (!stopping) serviceOutput.push(`[${name}] exited unexpectedly (code ${code}, signal ${signal})`);
   });
-  child.once('exit', () => children.delete(child));
   const url = await new Promise<string>((resolve, reject) => {
     let buffer = '';
     const timer = setTimeout(() => reject(new Error('the service did not start within 30 s')), 30_000);
@@ -101,10 +178,13 @@ async function startService(env: Record<string, string>): Promise<Service> {
   });
   return {
     url,
-    process: child,
     async stop(signal = 'SIGTERM') {
       stopping = true;
-      child.kill(signal);
+      try {
+        process.kill(-child.pid!, signal);
+      } catch {
+        return;
+      }
       await exited;
     },
   };
@@ -119,20 +199,83 @@ async function api(base: string, key: string, method: string, route: string, bod
   return { status: res.status, body: await res.json().catch(() => null) };
 }
 
-async function waitUntilSettled(
-  deliveryIds: string[],
-  timeoutMs: number,
-): Promise<Map<string, { status: string; attempt_count: number; last_error: string | null }>> {
+interface SettledRow {
+  id: string;
+  event_id: string;
+  status: string;
+  attempt_count: number;
+  last_error: string | null;
+}
+
+async function waitUntilSettled(deliveryIds: string[], timeoutMs: number): Promise<Map<string, SettledRow>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const rows = await sql<{ id: string; status: string; attempt_count: number; last_error: string | null }>(
-      'select id, status, attempt_count, last_error from webhook_deliveries where id = any($1)',
+    const rows = await sql<SettledRow>(
+      'select id, event_id, status, attempt_count, last_error from webhook_deliveries where id = any($1)',
       [deliveryIds],
     ).catch(() => []);
     const settled = rows.filter((r) => TERMINAL.includes(r.status));
     if (settled.length === deliveryIds.length || Date.now() > deadline) return new Map(rows.map((r) => [r.id, r]));
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
+}
+
+/**
+ * The README's promises, per event: every arrival at the receiver is an attempt recorded as
+ * sent (and the reverse, but for an attempt the service was killed between recording it sent
+ * and writing it: `allowUnsentInterrupted`), a delivered event has exactly one successful
+ * attempt, and nothing arrives that no accepted call recorded.
+ */
+async function checkPerEvent(
+  label: string,
+  receivers: HttpsReceiver[],
+  rows: Map<string, SettledRow>,
+  options: { allowUnsentInterrupted?: boolean } = {},
+): Promise<void> {
+  const ids = [...rows.keys()];
+  const attempts = await sql<{ delivery_id: string; dispatched: number; succeeded: number; interrupted: number }>(
+    `select delivery_id,
+            count(*) filter (where dispatched_at is not null)::int as dispatched,
+            count(*) filter (where response_status between 200 and 299)::int as succeeded,
+            count(*) filter (where error = $2)::int as interrupted
+       from delivery_attempts where delivery_id = any($1) group by delivery_id`,
+    [ids, INTERRUPTED_ATTEMPT],
+  );
+  const byDelivery = new Map(attempts.map((a) => [a.delivery_id, a]));
+  const arrivals = new Map<string, number>();
+  const successfulArrivals = new Map<string, number>();
+  for (const receiver of receivers) {
+    for (const request of receiver.requests) {
+      const eventId = (JSON.parse(request.rawBody) as { id: string }).id;
+      arrivals.set(eventId, (arrivals.get(eventId) ?? 0) + 1);
+      if (request.answered !== undefined && request.answered >= 200 && request.answered < 300) {
+        successfulArrivals.set(eventId, (successfulArrivals.get(eventId) ?? 0) + 1);
+      }
+    }
+  }
+  const known = new Set([...rows.values()].map((r) => r.event_id));
+  const strangers = [...arrivals.keys()].filter((e) => !known.has(e));
+  counts.unexplainedArrivals += strangers.length;
+  check(strangers.length === 0, `${label}: no arrival without an accepted call (${strangers.length} unknown events)`);
+
+  const mismatched: string[] = [];
+  const withinWindow: string[] = [];
+  const notOneSuccess: string[] = [];
+  for (const row of rows.values()) {
+    const recorded = byDelivery.get(row.id) ?? { dispatched: 0, succeeded: 0, interrupted: 0 };
+    const arrived = arrivals.get(row.event_id) ?? 0;
+    if (arrived !== recorded.dispatched) {
+      const killedBeforeWrite = options.allowUnsentInterrupted && arrived === recorded.dispatched - 1 && recorded.interrupted >= 1;
+      (killedBeforeWrite ? withinWindow : mismatched).push(`${row.event_id}: ${arrived} arrived, ${recorded.dispatched} recorded sent`);
+    }
+    if (row.status === 'delivered' && recorded.succeeded !== 1) notOneSuccess.push(`${row.event_id}: ${recorded.succeeded} successful attempts`);
+    if (row.status === 'delivered' && (successfulArrivals.get(row.event_id) ?? 0) > 1 + recorded.interrupted) {
+      notOneSuccess.push(`${row.event_id}: answered 2xx ${successfulArrivals.get(row.event_id)} times`);
+    }
+  }
+  check(mismatched.length === 0, `${label}: per event, arrivals equal attempts recorded as sent${mismatched.length ? ` (${mismatched.slice(0, 5).join('; ')})` : ''}`);
+  if (withinWindow.length > 0) console.log(`       ${withinWindow.length} event(s) killed between recording an attempt sent and writing it (README window): ${withinWindow.join('; ')}`);
+  check(notOneSuccess.length === 0, `${label}: exactly one successful attempt per delivered event${notOneSuccess.length ? ` (${notOneSuccess.slice(0, 5).join('; ')})` : ''}`);
 }
 
 /** Per-path behaviour: each endpoint gets its own path so its requests can be told apart. */
@@ -144,12 +287,6 @@ function scripted(plan: Record<string, (n: number) => ReceiverAction>) {
     seen.set(key, n + 1);
     return plan[key]?.(n) ?? { status: 200 };
   };
-}
-
-function requestsByPath(receiver: HttpsReceiver): Map<string, number> {
-  const by = new Map<string, number>();
-  for (const r of receiver.requests) by.set(r.path, (by.get(r.path) ?? 0) + 1);
-  return by;
 }
 
 async function createEndpointAndSend(base: string, key: string, url: string): Promise<{ endpointId: string; deliveryId: string }> {
@@ -180,17 +317,30 @@ async function notTls(): Promise<{ url: string; close(): Promise<void> }> {
   };
 }
 
-async function main(): Promise<void> {
-  await sql(`drop database if exists ${DATABASE} with (force)`, [], ADMIN_URL);
-  await sql(`create database ${DATABASE}`, [], ADMIN_URL);
-  const orm = await openDatabase(DATABASE_URL, { pool: { min: 0, max: 2 } });
-  await migrate(orm);
-  const em = orm.em.fork();
-  const tenant = async (plan: 'scale' | 'enterprise' = 'scale') => {
-    const org = await createOrganization(em, { name: 'Faults', plan });
+/** An organization on the scale plan with an owner's key holding every scope. */
+async function newTenant(): Promise<{ org: { id: string }; key: string }> {
+  const orm = await openDatabase(databaseUrl, { pool: { min: 0, max: 2 } });
+  try {
+    const em = orm.em.fork();
+    const org = await createOrganization(em, { name: 'Faults', plan: 'scale' });
     const user = await createUser(em, { organizationId: org.id, email: `owner-${org.id}@example.com`, role: 'owner' });
     return { org, key: (await issueApiKey(em, { organizationId: org.id, userId: user.id, name: 'faults', scopes: [...PERMISSIONS] })).key };
-  };
+  } finally {
+    await orm.close();
+  }
+}
+
+async function main(): Promise<void> {
+  cluster = await OwnCluster.create();
+  console.log(`PostgreSQL cluster of this run on 127.0.0.1:${cluster.port}`);
+  await new Client({ connectionString: cluster.adminUrl }).connect().then(async (client) => {
+    await client.query('create database publishing_faults');
+    await client.end();
+  });
+  databaseUrl = `postgres://postgres@127.0.0.1:${cluster.port}/publishing_faults`;
+  const orm = await openDatabase(databaseUrl, { pool: { min: 0, max: 2 } });
+  await migrate(orm);
+  await orm.close();
   const tls = await makeTestTls();
   const env = {
     DELIVERY_ALLOW_CIDRS: '127.0.0.0/8',
@@ -202,7 +352,7 @@ async function main(): Promise<void> {
 
   console.log('1. receiver faults, each once, then 200');
   {
-    const { key } = await tenant();
+    const { key } = await newTenant();
     const faults: Record<string, ReceiverAction> = {
       status500: { status: 500 },
       timeout: 'hang',
@@ -221,7 +371,6 @@ async function main(): Promise<void> {
     sent.set('tls', (await createEndpointAndSend(service.url, key, `${broken.url}/tls`)).deliveryId);
     counts.faultsInjected += sent.size;
     const settled = await waitUntilSettled([...sent.values()], 60_000);
-    const seen = requestsByPath(receiver);
     for (const [name, id] of sent) {
       const row = settled.get(id);
       counts.deliveries++;
@@ -232,18 +381,20 @@ async function main(): Promise<void> {
           row?.status === 'delivered' && row.attempt_count === 2,
           `${name} once → delivered on attempt 2 (got ${row?.status}/${row?.attempt_count}${row?.last_error ? `, last error: ${row.last_error}` : ''})`,
         );
-        check(seen.get(`/${name}`) === 2, `${name}: the receiver saw exactly 2 requests (got ${seen.get(`/${name}`)})`);
       }
       if (!row || !TERMINAL.includes(row.status)) counts.lost++;
     }
     await service.stop();
+    await checkPerEvent('receiver faults', [receiver], new Map([...settled].filter(([id]) => id !== sent.get('tls'))));
+    const tlsAttempts = await sql<{ n: number }>('select count(*)::int as n from delivery_attempts where delivery_id = $1 and dispatched_at is null', [sent.get('tls')]);
+    check(tlsAttempts[0]?.n === 8, `TLS failures count as attempts that never reached the receiver (${tlsAttempts[0]?.n} of 8 unsent)`);
     await receiver.close();
     await broken.close();
   }
 
   console.log('2. SIGKILL in the middle of retries, then a restart');
   {
-    const { key } = await tenant();
+    const { key } = await newTenant();
     const paths = Array.from({ length: 20 }, (_, i) => `k${i}`);
     const receiver = await startHttpsReceiver({
       tls,
@@ -252,122 +403,141 @@ async function main(): Promise<void> {
     let service = await startService(env);
     const ids: string[] = [];
     for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
-    await new Promise((resolve) => setTimeout(resolve, 350));
+    // Kill once the retries are under way: some deliveries have failed attempts behind them.
+    await receiver.waitForRequests(25, 30_000);
     await service.stop('SIGKILL');
     counts.faultsInjected++;
-    const mid = await sql<{ n: number }>(`select count(*)::int as n from webhook_deliveries where id = any($1) and status not in ('delivered')`, [ids]);
-    console.log(`  killed with ${mid[0]?.n} of ${ids.length} deliveries unfinished`);
+    const mid = await sql<{ n: number }>(`select count(*)::int as n from webhook_deliveries where id = any($1) and status <> 'delivered'`, [ids]);
+    console.log(`  killed with ${mid[0]?.n} of ${ids.length} deliveries unfinished, ${receiver.requests.length} requests received`);
     service = await startService(env);
     const settled = await waitUntilSettled(ids, 90_000);
-    const seen = requestsByPath(receiver);
-    const attempts = await sql<{ delivery_id: string; n: number; distinct_n: number }>(
-      'select delivery_id, count(*)::int as n, count(distinct attempt)::int as distinct_n from delivery_attempts where delivery_id = any($1) group by delivery_id',
-      [ids],
-    );
-    for (const [i, id] of ids.entries()) {
-      const row = settled.get(id);
+    for (const id of ids) {
       counts.deliveries++;
-      if (!row || row.status !== 'delivered') counts.lost++;
-      const received = seen.get(`/${paths[i]}`) ?? 0;
-      if (row && received > row.attempt_count) counts.sentTwice++;
+      if (settled.get(id)?.status !== 'delivered') counts.lost++;
     }
     check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered after the restart');
-    check(attempts.every((a) => a.n === a.distinct_n), 'no attempt number was recorded twice');
-    check(
-      ids.every((id, i) => (seen.get(`/${paths[i]}`) ?? 0) <= (settled.get(id)?.attempt_count ?? 0)),
-      'no delivery reached the receiver more often than it has attempts (nothing sent twice for one attempt)',
-    );
+    await service.stop();
+    await checkPerEvent('SIGKILL', [receiver], settled, { allowUnsentInterrupted: true });
+    await receiver.close();
+  }
+
+  console.log('3a. PostgreSQL stopped while a receiver holds 16 requests for 3 s');
+  {
+    const { key } = await newTenant();
+    const receiver = await startHttpsReceiver({ tls, respond: () => ({ status: 200, delayMs: 3_000 }) });
+    const service = await startService({ ...env, DELIVERY_ATTEMPT_TIMEOUT_MS: '10000' });
+    const ids: string[] = [];
+    for (let i = 0; i < 16; i++) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/h${i}`)).deliveryId);
+    await receiver.waitForRequests(16, 30_000);
+    cluster.stop();
+    counts.faultsInjected++;
+    // The answers come while PostgreSQL is down: each outcome must be kept until it can be recorded.
+    const answered = Date.now() + 30_000;
+    while (receiver.requests.some((r) => r.answered === undefined) && Date.now() < answered) await new Promise((r) => setTimeout(r, 100));
+    check(receiver.requests.every((r) => r.answered === 200), 'the receiver answered all 16 while PostgreSQL was down');
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await cluster.start();
+    const settled = await waitUntilSettled(ids, 60_000);
+    for (const id of ids) {
+      counts.deliveries++;
+      if (!TERMINAL.includes(settled.get(id)?.status ?? '')) counts.lost++;
+    }
+    check(ids.every((id) => settled.get(id)?.status === 'delivered' && settled.get(id)?.attempt_count === 1), 'every delivery ended delivered on attempt 1');
+    check(receiver.requests.length === 16, `each event arrived exactly once (${receiver.requests.length} requests for 16 events)`);
+    await checkPerEvent('PostgreSQL stopped mid-request', [receiver], settled);
+    const ready = await fetch(`${service.url}/readyz`);
+    check(ready.status === 200, `the same service process is ready again (/readyz ${ready.status})`);
     await service.stop();
     await receiver.close();
   }
 
-  console.log('3. PostgreSQL restarted under a running service');
+  console.log('3b. PostgreSQL restarted with 20 deliveries retrying');
   {
-    const cluster = (() => {
-      // Other suites sharing this PostgreSQL would see the restart too; CI runs this alone.
-      if (process.argv.includes('--no-postgres-restart')) return null;
-      try {
-        const version = execFileSync('ls', ['/etc/postgresql']).toString().trim().split('\n').sort().at(-1);
-        return version ? ['--skip-systemctl-redirect', version, 'main'] : null;
-      } catch {
-        return null;
-      }
-    })();
-    if (!cluster) {
-      console.log('  skipped: --no-postgres-restart, or no local PostgreSQL cluster this script can restart');
-    } else {
-      const { key } = await tenant();
-      const paths = Array.from({ length: 20 }, (_, i) => `p${i}`);
-      const receiver = await startHttpsReceiver({
-        tls,
-        // Four failures at 300 ms apart keep every delivery retrying while PostgreSQL restarts.
-        respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 4 ? { status: 503 } : { status: 200 })]))),
-      });
-      const service = await startService(env);
-      const ids: string[] = [];
-      for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
-      const before = await sql<{ n: number }>(`select count(*)::int as n from webhook_deliveries where id = any($1) and status not in ('delivered', 'dead_lettered')`, [ids]);
-      console.log(`  restarted with ${before[0]?.n} of ${ids.length} deliveries unfinished`);
-      execFileSync('pg_ctlcluster', [...cluster, 'restart']);
-      counts.faultsInjected++;
-      const settled = await waitUntilSettled(ids, 120_000);
-      for (const id of ids) {
-        counts.deliveries++;
-        if (!TERMINAL.includes(settled.get(id)?.status ?? '')) counts.lost++;
-      }
-      check(ids.every((id) => TERMINAL.includes(settled.get(id)?.status ?? '')), 'every delivery ended delivered or dead-lettered');
-      const ready = await fetch(`${service.url}/readyz`);
-      check(ready.status === 200, `the same service process is ready again (/readyz ${ready.status})`);
-      const list = await api(service.url, key, 'GET', '/api/v1/webhooks');
-      check(list.status === 200, `and answers the API (${list.status})`);
-      await service.stop();
-      await receiver.close();
+    const { key } = await newTenant();
+    const paths = Array.from({ length: 20 }, (_, i) => `p${i}`);
+    const receiver = await startHttpsReceiver({
+      tls,
+      // Four failures 300 ms apart keep every delivery retrying while PostgreSQL restarts.
+      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 4 ? { status: 503 } : { status: 200 })]))),
+    });
+    const service = await startService(env);
+    const ids: string[] = [];
+    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    cluster.stop();
+    await cluster.start();
+    counts.faultsInjected++;
+    const settled = await waitUntilSettled(ids, 120_000);
+    for (const id of ids) {
+      counts.deliveries++;
+      if (!TERMINAL.includes(settled.get(id)?.status ?? '')) counts.lost++;
     }
+    check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered');
+    await checkPerEvent('PostgreSQL restarted while retrying', [receiver], settled);
+    const list = await api(service.url, key, 'GET', '/api/v1/webhooks');
+    check(list.status === 200, `the same service process answers the API (${list.status})`);
+    await service.stop();
+    await receiver.close();
   }
 
   console.log('4. two instances, 1,000 concurrent test calls');
   {
-    const { org, key } = await tenant();
+    const { org, key } = await newTenant();
     const receiver = await startHttpsReceiver({ tls });
-    const [a, b] = await Promise.all([startService(env), startService(env)]);
+    // A loaded machine may take longer than 1 s per attempt; a timed-out attempt that arrived is still counted right.
+    const loaded = { ...env, DELIVERY_ATTEMPT_TIMEOUT_MS: '10000' };
+    const [a, b] = await Promise.all([startService(loaded), startService(loaded)]);
     const created = await api(a!.url, key, 'POST', '/api/v1/webhooks', { url: `${receiver.url}/two` });
     const endpointId = created.body.endpoint.id as string;
-    const statuses = await Promise.all(
-      Array.from({ length: 1000 }, (_, i) => api(i % 2 ? a!.url : b!.url, key, 'POST', `/api/v1/webhooks/${endpointId}/test`).then((r) => r.status)),
+    const answers = await Promise.all(
+      Array.from({ length: 1000 }, (_, i) => api(i % 2 ? a!.url : b!.url, key, 'POST', `/api/v1/webhooks/${endpointId}/test`)),
     );
     counts.faultsInjected++;
-    const accepted = statuses.filter((s) => s === 200).length;
-    const limited = statuses.filter((s) => s === 429).length;
-    check(accepted === 300 && limited === 700, `exactly 300 accepted and 700 rate-limited (got ${accepted} and ${limited})`);
+    const accepted = answers.filter((r) => r.status === 200);
+    const limited = answers.filter((r) => r.status === 429).length;
+    check(accepted.length === 300 && limited === 700, `exactly 300 accepted and 700 rate-limited (got ${accepted.length} and ${limited})`);
     const rows = await sql<{ id: string }>('select id from webhook_deliveries where endpoint_id = $1', [endpointId]);
+    check(rows.length === accepted.length, `one delivery recorded per accepted call (${rows.length})`);
+    const acceptedIds = new Set(accepted.map((r) => r.body.delivery.id as string));
+    check(rows.every((r) => acceptedIds.has(r.id)), 'every recorded delivery is one an accepted call returned');
     const settled = await waitUntilSettled(rows.map((r) => r.id), 120_000);
     const usage = await sql<{ deliveries: string }>('select deliveries from delivery_usage where organization_id = $1', [org.id]);
     check(Number(usage[0]?.deliveries) === 300, `the quota counted exactly 300 (got ${usage[0]?.deliveries})`);
-    const events = receiver.requests.map((r) => (JSON.parse(r.rawBody) as { id: string }).id);
-    check(events.length === 300 && new Set(events).size === 300, `the receiver got each of the 300 events exactly once (got ${events.length}, ${new Set(events).size} distinct)`);
     for (const row of rows) {
       counts.deliveries++;
       if (settled.get(row.id)?.status !== 'delivered') counts.lost++;
     }
+    check([...settled.values()].every((r) => r.status === 'delivered'), 'every accepted event was delivered');
     await Promise.all([a!.stop(), b!.stop()]);
+    await checkPerEvent('two instances', [receiver], settled);
     await receiver.close();
   }
 
-  await orm.close();
-  await sql(`drop database if exists ${DATABASE} with (force)`, [], ADMIN_URL);
   console.log(
-    `\nfaults injected: ${counts.faultsInjected}, deliveries: ${counts.deliveries}, lost: ${counts.lost}, sent twice for one attempt: ${counts.sentTwice}`,
+    `\nfaults injected: ${counts.faultsInjected}, deliveries: ${counts.deliveries}, lost: ${counts.lost}, arrivals without an accepted call: ${counts.unexplainedArrivals}`,
   );
-  check(counts.lost === 0 && counts.sentTwice === 0, 'nothing lost, nothing sent twice');
-  console.log(`${violations.length === 0 ? 'faults: all checks passed' : `faults: ${violations.length} check(s) failed`}`);
-  if (violations.length > 0) console.error(`last lines the services printed:\n${serviceOutput.join('\n')}`);
-  process.exit(violations.length === 0 ? 0 : 1);
+  check(counts.lost === 0 && counts.unexplainedArrivals === 0, 'nothing lost, nothing sent that was not asked for');
 }
 
-main().catch(async (error: unknown) => {
-  console.error(error, (error as { cause?: unknown }).cause ?? '');
-  console.error(`last lines the services printed:\n${serviceOutput.join('\n')}`);
-  await sql(`drop database if exists ${DATABASE} with (force)`, [], ADMIN_URL).catch(() => undefined);
-  process.exit(2);
-});
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(130));
+async function cleanUp(): Promise<void> {
+  killAll();
+  cluster?.destroy();
+  cluster = null;
+}
+
+main()
+  .catch((error: unknown) => {
+    console.error(error, (error as { cause?: unknown }).cause ?? '');
+    violations.push(`the run stopped: ${String(error)}`);
+  })
+  .finally(async () => {
+    await cleanUp();
+    console.log(`${violations.length === 0 ? 'faults: all checks passed' : `faults: ${violations.length} check(s) failed`}`);
+    if (violations.length > 0) console.error(`last lines the services printed:\n${serviceOutput.join('\n')}`);
+    process.exitCode = violations.length === 0 ? 0 : 1;
+  });
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    void cleanUp().finally(() => process.exit(130));
+  });
+}
+process.on('exit', killAll);
