@@ -60,18 +60,22 @@ export class RestGateway {
   }
 
   async handle(req: NodeRequest, res: NodeResponse, requestId: string): Promise<void> {
+    const rawPath = (req.url ?? '/').split('?')[0] ?? '/';
+    if (!isCanonicalPath(rawPath)) {
+      return sendError(res, 'ROUTE_NOT_FOUND', 'No route for this path: paths must be canonical (no dot segments, empty segments or percent-encoding).', requestId);
+    }
     const url = new URL(req.url ?? '/', 'http://gateway.invalid');
     const verb = (req.method ?? 'GET').toUpperCase();
     const candidates = this.routes
-      .map((route) => ({ route, match: route.pattern.exec(url.pathname) }))
+      .map((route) => ({ route, match: route.pattern.exec(rawPath) }))
       .filter((c) => c.match !== null);
     if (candidates.length === 0) {
-      return sendError(res, 'ROUTE_NOT_FOUND', `No route for ${url.pathname}.`, requestId);
+      return sendError(res, 'ROUTE_NOT_FOUND', `No route for ${rawPath}.`, requestId);
     }
     const found = candidates.find((c) => c.route.verb === verb);
     if (!found) {
       res.setHeader('allow', [...new Set(candidates.map((c) => c.route.verb))].join(', '));
-      return sendError(res, 'METHOD_NOT_ALLOWED', `${verb} is not allowed on ${url.pathname}.`, requestId);
+      return sendError(res, 'METHOD_NOT_ALLOWED', `${verb} is not allowed on ${rawPath}.`, requestId);
     }
     const { route, match } = found as { route: Route; match: RegExpExecArray };
 
@@ -80,7 +84,7 @@ export class RestGateway {
       message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
       Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
       route.pathFields.forEach((field, i) => {
-        message[field] = pathSegment(match[i + 1] ?? '');
+        message[field] = match[i + 1] ?? '';
       });
     } catch (error) {
       if (error instanceof GatewayError) return sendError(res, error.code, error.message, requestId);
@@ -186,13 +190,19 @@ async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Recor
   return value as Record<string, JsonValue>;
 }
 
-/** A path variable's value; broken percent-encoding is the client's mistake, not an internal error. */
-function pathSegment(raw: string): string {
-  try {
-    return decodeURIComponent(raw);
-  } catch {
-    throw new GatewayError('INVALID_ARGUMENT', 'The path has invalid percent-encoding.');
-  }
+/**
+ * Only the canonical spelling of a path is routed. URL parsing resolves `.` and `..`
+ * (`/webhooks/./x`, `/webhooks/%2e/x`) and decoding turns `%2f` or `%5c` into separators
+ * after matching, so one resource would answer to many spellings and a path variable could
+ * carry a separator into a lookup. No route or id of this API needs any of them: ids are
+ * UUIDs, so a percent sign anywhere in the path is refused too, encoded ids included.
+ */
+function isCanonicalPath(path: string): boolean {
+  if (path.includes('%') || path.includes('\\')) return false;
+  return path
+    .split('/')
+    .slice(1)
+    .every((segment, i, all) => (segment !== '' || i === all.length - 1) && segment !== '.' && segment !== '..');
 }
 
 /** Query parameters bind to scalar fields by proto or JSON name; repeated ones may repeat. */

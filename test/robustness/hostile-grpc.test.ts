@@ -1015,7 +1015,12 @@ it('refuses text the database cannot store (U+0000) and instants past the year 9
         return `${Code[e.code]} ${e.findDetails(ErrorInfoSchema)[0]?.reason ?? ''}`;
       }
     };
-    const expected = r.field === 'far-future schedule' ? (r.over === 'rest' ? '400 INVALID_ARGUMENT' : 'InvalidArgument POST_SCHEDULE_INVALID') : r.over === 'rest' ? '400 INVALID_ARGUMENT' : 'InvalidArgument INVALID_ARGUMENT';
+    // An id in a REST path is never percent-encoded, so one carrying U+0000 is no route at all.
+    const inPath = r.field === 'confirm id' || r.field === 'release id';
+    const expected =
+      r.field === 'far-future schedule'
+        ? r.over === 'rest' ? '400 INVALID_ARGUMENT' : 'InvalidArgument POST_SCHEDULE_INVALID'
+        : r.over === 'rest' ? (inPath ? '404 ROUTE_NOT_FOUND' : '400 INVALID_ARGUMENT') : 'InvalidArgument INVALID_ARGUMENT';
     switch (r.field) {
       case 'webhook description':
         answer = r.over === 'rest'
