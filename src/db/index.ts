@@ -1,7 +1,7 @@
 export { openDatabase, migrate, MikroORM, type EntityManager } from './orm';
 export { entityManagerKey, entityManagerOf } from './context';
 export * from './entities';
-export { isUniqueViolation } from './errors';
+export { isUniqueViolation, isDatabaseUnavailable } from './errors';
 export { resolveDatabaseUrl } from './resolve';
 export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, LAST_INSTANT_MS, type Cursor } from './pagination';
 export { isUuid } from './ids';

@@ -28,8 +28,8 @@ import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { createListener, type Listener, type RequestHandler } from './listener';
 import { RestGateway, sendError, writeBody, writeJson } from './gateway';
-import { createRequestContextInterceptor } from './request-context';
-import { HealthService, databaseReady } from './health';
+import { createRequestContextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
+import { HealthService, databaseReadiness, downDependencies, type ReadinessCheck } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { Metrics } from './metrics';
 import { openApiDocument } from './openapi-route';
@@ -161,10 +161,13 @@ export async function start(options: BuildOptions): Promise<App> {
   // Only now: its attempts report to the metrics, which exist from here on.
   embedded?.begin();
 
+  // What /readyz and the gRPC health service report on; each dependency adds its check here.
+  const readiness: ReadinessCheck[] = [databaseReadiness(orm)];
+
   const [ReflectionV1, ReflectionV1alpha] = REFLECTION_SERVICES;
   const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, OperatorService, ...REFLECTION_SERVICES]);
   const routes = (router: ConnectRouter) => {
-    router.service(Health, new HealthService(orm, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
+    router.service(Health, new HealthService(readiness, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
     router.service(ConnectionService, connections);
     router.service(WebhookService, webhooks);
     router.service(PostService, posts);
@@ -202,9 +205,10 @@ export async function start(options: BuildOptions): Promise<App> {
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     if (path === '/healthz') return writeJson(res, 200, '{"status":"ok"}');
     if (path === '/readyz') {
-      void databaseReady(orm).then((ready) =>
-        writeJson(res, ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'database unreachable' })),
-      );
+      void downDependencies(readiness).then((down) => {
+        if (down.length > 0) res.setHeader('retry-after', String(UNAVAILABLE_RETRY_AFTER_SECONDS));
+        writeJson(res, down.length === 0 ? 200 : 503, JSON.stringify({ status: down.length === 0 ? 'ready' : 'unavailable', down }));
+      });
       return;
     }
     if (path === '/metrics') {

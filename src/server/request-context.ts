@@ -3,6 +3,7 @@ import type { MikroORM } from '../db/orm';
 import { entityManagerKey } from '../db/context';
 import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../context';
 import { apiError, errorInfoOf, fallbackCodeOf } from '../errors';
+import { isDatabaseUnavailable } from '../db/errors';
 import type { Logger } from '../config/logger';
 
 export interface CallObserver {
@@ -17,8 +18,9 @@ function transportOf(contentType: string | null): Transport {
 
 /**
  * Outermost interceptor: gives every call a request id, its own EntityManager fork and
- * one log line; turns anything that is not a deliberate ConnectError into `internal`
- * with the message hidden (the cause goes to the log with the request id).
+ * one log line; turns anything that is not a deliberate ConnectError into `unavailable`
+ * when the database cannot serve (the client should retry), else into `internal` with
+ * the message hidden (the cause goes to the log with the request id).
  */
 export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, observe?: CallObserver): Interceptor {
   return (next) => async (req) => {
@@ -45,6 +47,9 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
       let connectError: ConnectError;
       if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
         connectError = boundedMessage(error);
+      } else if (isDatabaseUnavailable(error)) {
+        logger.warn({ requestId, err: error, procedure: `${req.service.typeName}/${req.method.name}` }, 'database unavailable');
+        connectError = databaseUnavailable();
       } else {
         logger.error({ requestId, err: error, procedure: `${req.service.typeName}/${req.method.name}` }, 'internal error');
         connectError = apiError('INTERNAL', `Internal error; quote request id ${requestId} when reporting it.`);
@@ -81,4 +86,14 @@ function boundedMessage(error: ConnectError): ConnectError {
   const bounded = new ConnectError(`${error.rawMessage.slice(0, MAX_MESSAGE_LENGTH)}…`, error.code, error.metadata, [], error.cause);
   bounded.details = error.details;
   return bounded;
+}
+
+/** Seconds a client is asked to wait before calling again while the database is unreachable. */
+export const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
+
+/** The answer to a call the database could not serve: retry later, on every transport. */
+export function databaseUnavailable(): ConnectError {
+  return apiError('UNAVAILABLE', 'The service cannot reach its database; retry later.', {
+    headers: { 'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS) },
+  });
 }
