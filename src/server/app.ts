@@ -6,7 +6,7 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Config } from '../config';
 import { createLogger, type Logger } from '../config/logger';
 import { openDatabase, migrate, type MikroORM } from '../db';
-import { PrincipalCache, createAuthInterceptor, createAuthorizeInterceptor } from '../auth';
+import { PrincipalCache, createAuthGate, createAuthorizeInterceptor } from '../auth';
 import { createAuditInterceptor } from '../audit';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
@@ -28,7 +28,8 @@ import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { createListener, type Listener, type RequestHandler } from './listener';
 import { RestGateway, sendError, writeBody, writeJson } from './gateway';
-import { createRequestContextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
+import { createRequestContextInterceptor, createRequestGate, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
+import { createRefusalAudit } from './refusal-audit';
 import { HealthService, databaseReadiness, downDependencies, type ReadinessCheck } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { Metrics } from './metrics';
@@ -177,9 +178,11 @@ export async function start(options: BuildOptions): Promise<App> {
   };
 
   const routerOptions = {
-    interceptors: [
-      createRequestContextInterceptor(orm, logger, metrics.observeCall),
-      createAuthInterceptor({
+    requestGate: createRequestGate({
+      orm,
+      logger,
+      observe: metrics.observeCall,
+      authenticate: createAuthGate({
         operatorToken: config.operatorToken,
         // Reflection is open like Health: it answers only with the schema (the public
         // proto/ API, nothing tenant-specific), so tools can discover it without a key.
@@ -187,9 +190,9 @@ export async function start(options: BuildOptions): Promise<App> {
         operatorServices: [OperatorService.typeName],
         principals,
       }),
-      createAuditInterceptor(logger),
-      createAuthorizeInterceptor(),
-    ],
+      auditRefusal: createRefusalAudit(logger),
+    }),
+    interceptors: [createRequestContextInterceptor(orm, logger, metrics.observeCall), createAuditInterceptor(logger), createAuthorizeInterceptor()],
     readMaxBytes: config.maxBodyBytes,
   };
   const router = createConnectRouter(routerOptions);

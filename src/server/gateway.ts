@@ -1,12 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
-import { fromBinary, getOption, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
-import { Code, createContextValues, type ConnectRouter } from '@connectrpc/connect';
+import { fromBinary, fromJson, getOption, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
+import { Code, createContextValues, type ConnectError, type ConnectRouter } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { http } from '../gen/google/api/annotations_pb';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
-import { ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
+import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
+import { pendingRefusalKey } from './request-context';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
@@ -79,16 +80,21 @@ export class RestGateway {
     }
     const { route, match } = found as { route: Route; match: RegExpExecArray };
 
-    let message: Record<string, JsonValue>;
+    // A body or query the request cannot be made of is refused by the call itself, once the
+    // caller is authenticated (and the refusal audited): 401 comes before 400.
+    let message: Record<string, JsonValue> = {};
+    let refusal: ConnectError | null = null;
     try {
       message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
       Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
       route.pathFields.forEach((field, i) => {
         message[field] = match[i + 1] ?? '';
       });
+      decodable(route.method, message);
     } catch (error) {
-      if (error instanceof GatewayError) return sendError(res, error.code, error.message, requestId);
-      throw error;
+      if (!(error instanceof GatewayError)) throw error;
+      refusal = apiError(error.code, error.message);
+      message = {};
     }
 
     const header = new Headers({ 'content-type': 'application/json', 'x-request-id': requestId });
@@ -100,7 +106,7 @@ export class RestGateway {
     res.once('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const contextValues = createContextValues().set(transportKey, 'rest');
+    const contextValues = createContextValues().set(transportKey, 'rest').set(pendingRefusalKey, refusal);
     const answer = await route.handler({
       httpVersion: '1.1',
       url: `http://gateway.invalid${route.handler.requestPath}`,
@@ -126,6 +132,19 @@ export class RestGateway {
 class GatewayError extends Error {
   constructor(readonly code: ErrorCode, message: string) {
     super(message);
+  }
+}
+
+/**
+ * Refuses a body whose fields do not have the request's types (`"confirmIdentity": "true"`)
+ * here rather than in the protocol layer, which decodes only after the gate has let the
+ * call through and where the refusal could no longer be audited.
+ */
+function decodable(method: DescMethod, message: Record<string, JsonValue>): void {
+  try {
+    fromJson(method.input, message, { ignoreUnknownFields: true });
+  } catch (error) {
+    throw new GatewayError('INVALID_ARGUMENT', error instanceof Error ? error.message : 'The body does not match the request.');
   }
 }
 
