@@ -2,6 +2,7 @@ export { PERMISSIONS, ROLE_PERMISSIONS, isPermission, canConfirmChangedAccount, 
 export { principalKey, type Principal, type CustomerPrincipal, type OperatorPrincipal } from './principal';
 export { issueApiKey, revokeApiKey, authenticate, hashKey, type IssuedKey } from './api-keys';
 export { PrincipalCache, PRINCIPAL_CHANNEL } from './principal-cache';
-export { createAuthInterceptor, createAuthorizeInterceptor } from './interceptor';
+export { createAuthGate, createAuthorizeInterceptor, type GateContext } from './interceptor';
 export { requireCustomer } from './require';
 export { createOrganization, createUser, isPlan, isRole } from './identity';
+export { accessOf } from './access';

@@ -1,5 +1,5 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
-import type { Interceptor } from '@connectrpc/connect';
+import type { HandlerContext, Interceptor } from '@connectrpc/connect';
 import { entityManagerKey } from '../db/context';
 import { apiError } from '../errors';
 import { accessOf } from './access';
@@ -28,30 +28,37 @@ function sameSecret(a: string, b: string): boolean {
   return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
 }
 
+/** What the authentication gate reads and fills: the call's service, headers and values. */
+export type GateContext = Pick<HandlerContext, 'service' | 'requestHeader' | 'values'>;
+
 /**
  * Establishes who is calling. Customer RPCs take `Authorization: Bearer <api key>`
  * (gRPC metadata `authorization`); operator RPCs take the operator credential, and a
  * customer key never opens them.
+ *
+ * A request gate, not an interceptor: it runs once the headers are in and before the
+ * body is read or decoded, so an unauthenticated caller is refused 401 whatever it sent
+ * and its body is never parsed.
  */
-export function createAuthInterceptor(options: AuthOptions): Interceptor {
-  return (next) => async (req) => {
-    const service = req.service.typeName;
-    if (options.openServices.includes(service)) return next(req);
+export function createAuthGate(options: AuthOptions): (ctx: GateContext) => Promise<void> {
+  return async (ctx) => {
+    const service = ctx.service.typeName;
+    if (options.openServices.includes(service)) return;
 
-    const presented = bearerOf(req.header.get('authorization'));
+    const presented = bearerOf(ctx.requestHeader.get('authorization'));
     if (options.operatorServices.includes(service)) {
       if (!presented || !sameSecret(presented, options.operatorToken)) {
         throw apiError('OPERATOR_CREDENTIAL_REQUIRED', 'The operator credential is required.');
       }
-      req.contextValues.set(principalKey, { kind: 'operator' });
-      return next(req);
+      ctx.values.set(principalKey, { kind: 'operator' });
+      return;
     }
 
-    if (!req.header.get('authorization')) {
+    if (!ctx.requestHeader.get('authorization')) {
       throw apiError('AUTHENTICATION_REQUIRED', 'An API key is required: send "Authorization: Bearer <key>".');
     }
     if (!presented) throw apiError('API_KEY_INVALID', 'The Authorization header must be "Bearer <key>".');
-    const em = req.contextValues.get(entityManagerKey);
+    const em = ctx.values.get(entityManagerKey);
     if (!em) throw new Error('request context has no EntityManager');
     const result = await authenticate(em, presented, options.principals);
     if (!result.ok) {
@@ -60,8 +67,7 @@ export function createAuthInterceptor(options: AuthOptions): Interceptor {
         result.code === 'API_KEY_REVOKED' ? 'This API key has been revoked.' : 'This API key is not valid.',
       );
     }
-    req.contextValues.set(principalKey, result.principal);
-    return next(req);
+    ctx.values.set(principalKey, result.principal);
   };
 }
 

@@ -1,4 +1,4 @@
-import { UniqueConstraintViolationException } from '@mikro-orm/core';
+import { ConnectionException, UniqueConstraintViolationException } from '@mikro-orm/core';
 
 /** True when a write lost a race against a unique index (optionally a given constraint). */
 export function isUniqueViolation(error: unknown, constraint?: string): boolean {
@@ -9,28 +9,32 @@ export function isUniqueViolation(error: unknown, constraint?: string): boolean 
   return unique && (constraint === undefined || name === constraint || String((error as Error).message).includes(constraint));
 }
 
-/** SQLSTATE classes and codes that mean "the database cannot be reached or is going away". */
-const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '08000', '08001', '08003', '08004', '08006', '08007']);
-const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
-const UNAVAILABLE_MESSAGES = [
-  'Connection terminated',
-  'connection terminated',
-  'Client has encountered a connection error',
-  'timeout exceeded when trying to connect',
-  'Client was closed',
-  'Cannot use a pool after calling end',
-  'terminating connection',
-];
+/** Node socket errors that mean PostgreSQL could not be reached or the connection broke. */
+const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
 
 /**
- * True when an error says PostgreSQL is unreachable or restarting, rather than that the
- * statement was wrong: worth waiting for and trying again, never a bug to report.
+ * SQLSTATEs of a server that is there but will not serve: class 08 (connection
+ * exception), 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
+ * 53300 too_many_connections, 3D000 (the database is gone).
+ */
+const UNAVAILABLE_SQLSTATES = /^(08...|57P0[123]|53300|3D000)$/;
+
+/** What pg and pg-pool say, without a code, when a connection dies or none can be had in time. */
+const UNAVAILABLE_MESSAGES = /Connection terminated|connection error and is not queryable|timeout exceeded when trying to connect|Connection ended|Cannot use a pool after calling end|Client was closed|terminating connection/i;
+
+/**
+ * True when an error (or any error in its cause chain) says the database cannot be
+ * reached or will not serve now, as opposed to refusing this one statement. The one place
+ * that knows how pg, pg-pool and MikroORM spell an outage; callers answer UNAVAILABLE.
  */
 export function isDatabaseUnavailable(error: unknown): boolean {
-  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    const { code, message } = e as { code?: unknown; message?: unknown };
-    if (typeof code === 'string' && (UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_ERRNOS.has(code))) return true;
-    if (typeof message === 'string' && UNAVAILABLE_MESSAGES.some((m) => message.includes(m))) return true;
+  for (let current = error, depth = 0; current && depth < 8; depth++) {
+    if (current instanceof ConnectionException) return true;
+    const { code, message, cause } = current as { code?: unknown; message?: unknown; cause?: unknown };
+    if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || UNAVAILABLE_SQLSTATES.test(code))) return true;
+    if (typeof message === 'string' && UNAVAILABLE_MESSAGES.test(message)) return true;
+    if (current instanceof AggregateError && current.errors.some(isDatabaseUnavailable)) return true;
+    current = cause;
   }
   return false;
 }

@@ -25,6 +25,9 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
     forceUtcTimezone: true,
     // The embedded engine works on 16 deliveries at once next to the API's calls.
     pool: { min: 0, max: 20 },
+    // Without a bound, a call waits for a connection as long as the kernel keeps trying to
+    // reach an unreachable server (minutes); past it the call is answered UNAVAILABLE.
+    driverOptions: { connectionTimeoutMillis: 5_000 },
     debug: false,
     allowGlobalContext: false,
     // A flush of one statement needs no BEGIN/COMMIT round trips; everything that writes

@@ -90,6 +90,11 @@ export type ErrorCode = keyof typeof ERRORS;
 
 export const ERROR_DOMAIN = 'publishing.example';
 
+/** The ErrorInfo detail that carries a stable code on gRPC and Connect. */
+export function errorInfoDetail(code: ErrorCode, metadata: Record<string, string> = {}) {
+  return { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: code, domain: ERROR_DOMAIN, metadata }) };
+}
+
 /** Builds the ConnectError for a stable code; the detail carries the code on gRPC. */
 export function apiError(
   code: ErrorCode,
@@ -97,8 +102,7 @@ export function apiError(
   options: { metadata?: Record<string, string>; headers?: Record<string, string>; cause?: unknown } = {},
 ): ConnectError {
   const [grpcCode] = ERRORS[code];
-  const detail = { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: code, domain: ERROR_DOMAIN, metadata: options.metadata ?? {} }) };
-  return new ConnectError(message, grpcCode, options.headers, [detail], options.cause);
+  return new ConnectError(message, grpcCode, options.headers, [errorInfoDetail(code, options.metadata)], options.cause);
 }
 
 /** The stable code and metadata carried by an error, if it has one. */

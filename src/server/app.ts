@@ -6,7 +6,7 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { Config } from '../config';
 import { createLogger, type Logger } from '../config/logger';
 import { openDatabase, migrate, type MikroORM } from '../db';
-import { PrincipalCache, createAuthInterceptor, createAuthorizeInterceptor } from '../auth';
+import { PrincipalCache, createAuthGate, createAuthorizeInterceptor } from '../auth';
 import { createAuditInterceptor } from '../audit';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
@@ -30,8 +30,9 @@ import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { createListener, type Listener, type RequestHandler } from './listener';
 import { RestGateway, sendError, writeBody, writeJson } from './gateway';
-import { createRequestContextInterceptor } from './request-context';
-import { HealthService, databaseReady } from './health';
+import { createRequestContextInterceptor, createRequestGate, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
+import { createRefusalAudit } from './refusal-audit';
+import { HealthService, blocking, databaseReadiness, downDependencies, type ReadinessCheck } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { Metrics } from './metrics';
 import { openApiDocument } from './openapi-route';
@@ -182,10 +183,16 @@ export async function start(options: BuildOptions): Promise<App> {
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, logger });
   delivery.embedded?.begin();
 
+  // What /readyz and the gRPC health service report on; each dependency adds its check here.
+  const readiness: ReadinessCheck[] = [
+    databaseReadiness(orm),
+    ...(temporal ? [{ name: 'temporal', required: false, probe: temporal.reachable }] : []),
+  ];
+
   const [ReflectionV1, ReflectionV1alpha] = REFLECTION_SERVICES;
   const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, OperatorService, ...REFLECTION_SERVICES]);
   const routes = (router: ConnectRouter) => {
-    router.service(Health, new HealthService(orm, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
+    router.service(Health, new HealthService(readiness, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
     router.service(ConnectionService, connections);
     router.service(WebhookService, webhooks);
     router.service(PostService, posts);
@@ -195,9 +202,11 @@ export async function start(options: BuildOptions): Promise<App> {
   };
 
   const routerOptions = {
-    interceptors: [
-      createRequestContextInterceptor(orm, logger, metrics.observeCall),
-      createAuthInterceptor({
+    requestGate: createRequestGate({
+      orm,
+      logger,
+      observe: metrics.observeCall,
+      authenticate: createAuthGate({
         operatorToken: config.operatorToken,
         // Reflection is open like Health: it answers only with the schema (the public
         // proto/ API, nothing tenant-specific), so tools can discover it without a key.
@@ -205,9 +214,9 @@ export async function start(options: BuildOptions): Promise<App> {
         operatorServices: [OperatorService.typeName],
         principals,
       }),
-      createAuditInterceptor(logger),
-      createAuthorizeInterceptor(),
-    ],
+      auditRefusal: createRefusalAudit(logger),
+    }),
+    interceptors: [createRequestContextInterceptor(orm, logger, metrics.observeCall), createAuditInterceptor(logger), createAuthorizeInterceptor()],
     readMaxBytes: config.maxBodyBytes,
   };
   const router = createConnectRouter(routerOptions);
@@ -223,9 +232,12 @@ export async function start(options: BuildOptions): Promise<App> {
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     if (path === '/healthz') return writeJson(res, 200, '{"status":"ok"}');
     if (path === '/readyz') {
-      void databaseReady(orm).then((ready) =>
-        writeJson(res, ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'database unreachable' })),
-      );
+      void downDependencies(readiness).then((down) => {
+        const unavailable = blocking(readiness, down);
+        if (unavailable) res.setHeader('retry-after', String(UNAVAILABLE_RETRY_AFTER_SECONDS));
+        const status = unavailable ? 'unavailable' : down.length > 0 ? 'degraded' : 'ready';
+        writeJson(res, unavailable ? 503 : 200, JSON.stringify({ status, down }));
+      });
       return;
     }
     if (path === '/metrics') {

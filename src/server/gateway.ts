@@ -1,12 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
-import { fromBinary, getOption, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
-import { Code, createContextValues, type ConnectRouter } from '@connectrpc/connect';
+import { fromBinary, fromJson, getOption, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
+import { Code, createContextValues, type ConnectError, type ConnectRouter } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { http } from '../gen/google/api/annotations_pb';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
-import { ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
+import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
+import { pendingRefusalKey } from './request-context';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
@@ -60,31 +61,40 @@ export class RestGateway {
   }
 
   async handle(req: NodeRequest, res: NodeResponse, requestId: string): Promise<void> {
+    const rawPath = (req.url ?? '/').split('?')[0] ?? '/';
+    if (!isCanonicalPath(rawPath)) {
+      return sendError(res, 'ROUTE_NOT_FOUND', 'No route for this path: paths must be canonical (no dot segments, empty segments or percent-encoding).', requestId);
+    }
     const url = new URL(req.url ?? '/', 'http://gateway.invalid');
     const verb = (req.method ?? 'GET').toUpperCase();
     const candidates = this.routes
-      .map((route) => ({ route, match: route.pattern.exec(url.pathname) }))
+      .map((route) => ({ route, match: route.pattern.exec(rawPath) }))
       .filter((c) => c.match !== null);
     if (candidates.length === 0) {
-      return sendError(res, 'ROUTE_NOT_FOUND', `No route for ${url.pathname}.`, requestId);
+      return sendError(res, 'ROUTE_NOT_FOUND', `No route for ${rawPath}.`, requestId);
     }
     const found = candidates.find((c) => c.route.verb === verb);
     if (!found) {
       res.setHeader('allow', [...new Set(candidates.map((c) => c.route.verb))].join(', '));
-      return sendError(res, 'METHOD_NOT_ALLOWED', `${verb} is not allowed on ${url.pathname}.`, requestId);
+      return sendError(res, 'METHOD_NOT_ALLOWED', `${verb} is not allowed on ${rawPath}.`, requestId);
     }
     const { route, match } = found as { route: Route; match: RegExpExecArray };
 
-    let message: Record<string, JsonValue>;
+    // A body or query the request cannot be made of is refused by the call itself, once the
+    // caller is authenticated (and the refusal audited): 401 comes before 400.
+    let message: Record<string, JsonValue> = {};
+    let refusal: ConnectError | null = null;
     try {
       message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
       Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
       route.pathFields.forEach((field, i) => {
-        message[field] = pathSegment(match[i + 1] ?? '');
+        message[field] = match[i + 1] ?? '';
       });
+      decodable(route.method, message);
     } catch (error) {
-      if (error instanceof GatewayError) return sendError(res, error.code, error.message, requestId);
-      throw error;
+      if (!(error instanceof GatewayError)) throw error;
+      refusal = apiError(error.code, error.message);
+      message = {};
     }
 
     const header = new Headers({ 'content-type': 'application/json', 'x-request-id': requestId });
@@ -96,7 +106,7 @@ export class RestGateway {
     res.once('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const contextValues = createContextValues().set(transportKey, 'rest');
+    const contextValues = createContextValues().set(transportKey, 'rest').set(pendingRefusalKey, refusal);
     const answer = await route.handler({
       httpVersion: '1.1',
       url: `http://gateway.invalid${route.handler.requestPath}`,
@@ -122,6 +132,19 @@ export class RestGateway {
 class GatewayError extends Error {
   constructor(readonly code: ErrorCode, message: string) {
     super(message);
+  }
+}
+
+/**
+ * Refuses a body whose fields do not have the request's types (`"confirmIdentity": "true"`)
+ * here rather than in the protocol layer, which decodes only after the gate has let the
+ * call through and where the refusal could no longer be audited.
+ */
+function decodable(method: DescMethod, message: Record<string, JsonValue>): void {
+  try {
+    fromJson(method.input, message, { ignoreUnknownFields: true });
+  } catch (error) {
+    throw new GatewayError('INVALID_ARGUMENT', error instanceof Error ? error.message : 'The body does not match the request.');
   }
 }
 
@@ -186,13 +209,19 @@ async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Recor
   return value as Record<string, JsonValue>;
 }
 
-/** A path variable's value; broken percent-encoding is the client's mistake, not an internal error. */
-function pathSegment(raw: string): string {
-  try {
-    return decodeURIComponent(raw);
-  } catch {
-    throw new GatewayError('INVALID_ARGUMENT', 'The path has invalid percent-encoding.');
-  }
+/**
+ * Only the canonical spelling of a path is routed. URL parsing resolves `.` and `..`
+ * (`/webhooks/./x`, `/webhooks/%2e/x`) and decoding turns `%2f` or `%5c` into separators
+ * after matching, so one resource would answer to many spellings and a path variable could
+ * carry a separator into a lookup. No route or id of this API needs any of them: ids are
+ * UUIDs, so a percent sign anywhere in the path is refused too, encoded ids included.
+ */
+function isCanonicalPath(path: string): boolean {
+  if (path.includes('%') || path.includes('\\')) return false;
+  return path
+    .split('/')
+    .slice(1)
+    .every((segment, i, all) => (segment !== '' || i === all.length - 1) && segment !== '.' && segment !== '..');
 }
 
 /** Query parameters bind to scalar fields by proto or JSON name; repeated ones may repeat. */

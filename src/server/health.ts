@@ -2,20 +2,64 @@ import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
 import { type Health, HealthCheckResponse_ServingStatus as Status } from '../gen/grpc/health/v1/health_pb';
 import type { MikroORM } from '../db/orm';
 
-/** Readiness is the database answering: nothing the service does works without it. */
-export async function databaseReady(orm: MikroORM): Promise<boolean> {
-  try {
-    await orm.em.fork().execute('select 1');
-    return true;
-  } catch {
-    return false;
-  }
+/**
+ * One dependency the service needs to serve, by the name `/readyz` reports when it is
+ * down. The composition root decides the list; each dependency brings its own check.
+ */
+export interface ReadinessCheck {
+  name: string;
+  /**
+   * False for a dependency the service serves without (Temporal: deliveries wait as pending
+   * rows until it answers): named in `/readyz` while down, without taking the instance out.
+   */
+  required?: boolean;
+  /** Resolves true when the dependency answers; false or a rejection means it is down. */
+  probe(): Promise<boolean>;
+}
+
+/** A probe that takes longer than this counts as down: a hung dependency is not ready. */
+const PROBE_TIMEOUT_MS = 2_000;
+
+/** Nothing the service does works without the database. */
+export function databaseReadiness(orm: MikroORM): ReadinessCheck {
+  return {
+    name: 'database',
+    async probe() {
+      await orm.em.fork().execute('select 1');
+      return true;
+    },
+  };
+}
+
+/** The names of the checks that are down, probed together. */
+export async function downDependencies(checks: readonly ReadinessCheck[], timeoutMs = PROBE_TIMEOUT_MS): Promise<string[]> {
+  const results = await Promise.all(
+    checks.map(async (check) => {
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs).unref();
+      });
+      try {
+        return (await Promise.race([check.probe(), timedOut])) ? null : check.name;
+      } catch {
+        return check.name;
+      } finally {
+        clearTimeout(timer);
+      }
+    }),
+  );
+  return results.filter((name): name is string => name !== null);
+}
+
+/** True when a dependency the service cannot serve without is among the down ones. */
+export function blocking(checks: readonly ReadinessCheck[], down: readonly string[]): boolean {
+  return checks.some((check) => check.required !== false && down.includes(check.name));
 }
 
 /** The standard gRPC health service; "" and every served service name report the same status. */
 export class HealthService implements ServiceImpl<typeof Health> {
   constructor(
-    private readonly orm: MikroORM,
+    private readonly checks: readonly ReadinessCheck[],
     private readonly serviceNames: readonly string[],
     private readonly watchIntervalMs = 5_000,
   ) {}
@@ -24,7 +68,7 @@ export class HealthService implements ServiceImpl<typeof Health> {
     if (service !== '' && !this.serviceNames.includes(service)) {
       throw new ConnectError(`unknown service ${service}`, Code.NotFound);
     }
-    return (await databaseReady(this.orm)) ? Status.SERVING : Status.NOT_SERVING;
+    return blocking(this.checks, await downDependencies(this.checks)) ? Status.NOT_SERVING : Status.SERVING;
   }
 
   async check(req: { service: string }) {

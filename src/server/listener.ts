@@ -28,39 +28,93 @@ export interface DiscardLimits {
 
 const DISCARD_LIMITS: DiscardLimits = { bytes: 64 * 1024 * 1024, idleMs: 1_000, totalMs: 30_000 };
 
+/** How long a client may take to say what it wants, and to send it. */
+export interface ArrivalLimits {
+  /** From accept to a complete HTTP/2 preface or HTTP/1.1 request head, and to an HTTP/2 connection's first request head. */
+  headMs: number;
+  /** From a request's head to the end of its body. */
+  bodyMs: number;
+}
+
+const ARRIVAL_LIMITS: ArrivalLimits = { headMs: 10_000, bodyMs: 30_000 };
+
+/** How often Node's HTTP/1.1 server checks its header and request deadlines; the bounds are this late at most. */
+const H1_CHECK_INTERVAL_MS = 1_000;
+
 /**
  * One port for every protocol. `http2.createServer({allowHTTP1: true})` cannot accept
  * cleartext HTTP/1.1, so each connection's first bytes decide: the HTTP/2 preface goes
  * to the h2c server (gRPC, Connect over h2), anything else to the HTTP/1.1 server
  * (REST, Connect, gRPC-web).
+ *
+ * No connection is held open by a client that does not finish asking: one that has not
+ * completed its preface or first request head within `headMs` is closed, whatever it
+ * sent, and a request body not complete `bodyMs` after its head is cut off (HTTP/1.1:
+ * Node's 408; HTTP/2: the stream is cancelled).
  */
-export function createListener(handler: RequestHandler, options: { discard?: Partial<DiscardLimits> } = {}): Listener {
+export function createListener(
+  handler: RequestHandler,
+  options: { discard?: Partial<DiscardLimits>; arrival?: Partial<ArrivalLimits> } = {},
+): Listener {
   const discard = { ...DISCARD_LIMITS, ...options.discard };
-  let inFlight = 0;
-  let drained: (() => void) | null = null;
+  const arrival = { ...ARRIVAL_LIMITS, ...options.arrival };
+  let closing = false;
+  /** HTTP/1.1 connections that have had a request, and those with one in progress. */
+  const served = new WeakSet<object>();
+  const busy = new Map<object, number>();
   const tracked: RequestHandler = (req, res) => {
-    inFlight++;
+    const socket = req.socket;
+    served.add(socket);
+    busy.set(socket, (busy.get(socket) ?? 0) + 1);
     res.once('close', () => {
-      inFlight--;
-      if (inFlight === 0) drained?.();
+      const left = (busy.get(socket) ?? 1) - 1;
+      if (left === 0) busy.delete(socket);
+      else busy.set(socket, left);
     });
-    if (req instanceof http2.Http2ServerRequest) discardUnreadBody(req, discard);
+    if (req instanceof http2.Http2ServerRequest) {
+      bodyDeadline(req, arrival.bodyMs);
+      discardUnreadBody(req, discard);
+    } else if (closing) {
+      // Answered, then closed: shutdown does not wait for this connection's next request.
+      res.setHeader('connection', 'close');
+    }
     handler(req, res);
   };
 
-  const h1 = http.createServer({ keepAliveTimeout: 5_000 }, tracked);
+  const h1 = http.createServer(
+    {
+      keepAliveTimeout: 5_000,
+      headersTimeout: arrival.headMs,
+      requestTimeout: arrival.headMs + arrival.bodyMs,
+      connectionsCheckingInterval: Math.min(H1_CHECK_INTERVAL_MS, arrival.headMs),
+    },
+    tracked,
+  );
   const h2 = http2.createServer({}, tracked);
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on('session', (session) => {
     sessions.add(session);
+    // A closed session ends only its side of the socket; a client that keeps its side open must not hold shutdown.
+    session.once('close', () => session.socket?.destroy());
     session.once('close', () => sessions.delete(session));
+    // A connection that completed the preface but never sends a request head is not kept.
+    const firstHead = setTimeout(() => session.destroy(), arrival.headMs);
+    session.once('stream', () => clearTimeout(firstHead));
+    session.once('close', () => clearTimeout(firstHead));
   });
+  // Node arms its HTTP/1.1 header and request deadlines when a server starts listening;
+  // this one never listens (connections are handed to it), so it is told it does.
+  h1.emit('listening');
   const sockets = new Set<net.Socket>();
+  let allClosed: (() => void) | null = null;
 
   // Without noDelay, Nagle holds back the last pieces of each HTTP/2 response for tens of ms.
   const server = net.createServer({ noDelay: true }, (socket) => {
     sockets.add(socket);
-    socket.once('close', () => sockets.delete(socket));
+    socket.once('close', () => {
+      sockets.delete(socket);
+      if (sockets.size === 0) allClosed?.();
+    });
     let seen = Buffer.alloc(0);
     const sniff = (chunk: Buffer) => {
       seen = Buffer.concat([seen, chunk]);
@@ -68,7 +122,7 @@ export function createListener(handler: RequestHandler, options: { discard?: Par
       const isH2 = seen.subarray(0, compared).equals(H2_PREFACE.subarray(0, compared));
       if (isH2 && seen.length < H2_PREFACE.length) return;
       socket.off('data', sniff);
-      socket.setTimeout(0);
+      clearTimeout(prefaceDeadline);
       if (isH2) {
         h2.emit('connection', new ReplayedSocket(socket, seen));
       } else {
@@ -80,30 +134,57 @@ export function createListener(handler: RequestHandler, options: { discard?: Par
     };
     socket.on('data', sniff);
     socket.on('error', () => socket.destroy());
-    // A connection that never says which protocol it speaks is not kept open.
-    socket.setTimeout(10_000, () => {
-      if (socket.listenerCount('data') > 0 && seen.length === 0) socket.destroy();
-    });
+    // A connection that has not said which protocol it speaks in time is not kept open,
+    // however many bytes of the HTTP/2 preface it sent.
+    const prefaceDeadline = setTimeout(() => socket.destroy(), arrival.headMs);
+    socket.once('close', () => clearTimeout(prefaceDeadline));
   });
 
   return {
     server,
+    /**
+     * New connections are refused at once. A connection accepted before may still carry
+     * a request the kernel already holds: it is read and answered (with `Connection:
+     * close` on HTTP/1.1; HTTP/2 gets GOAWAY, which lets streams already sent finish),
+     * within the arrival limits. Only HTTP/1.1 connections idle after a request are closed
+     * at once, as Node's server does. Whatever is still open after `graceMs` is destroyed.
+     */
     async shutdown(graceMs) {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      h1.closeIdleConnections();
+      closing = true;
+      const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const socket of sockets) if (served.has(socket) && !busy.has(socket)) socket.destroy();
       for (const session of sessions) session.close();
-      if (inFlight > 0) {
+      if (sockets.size > 0) {
+        let timer: NodeJS.Timeout | undefined;
         await Promise.race([
-          new Promise<void>((resolve) => (drained = resolve)),
-          new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref()),
+          new Promise<void>((resolve) => (allClosed = resolve)),
+          new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs).unref())),
         ]);
+        clearTimeout(timer);
       }
       h1.closeAllConnections();
+      // Disarms the deadline checks armed above; it reports "not running", which it never was.
+      h1.close(() => undefined);
       for (const session of sessions) session.destroy();
       for (const socket of sockets) socket.destroy();
-      await closed;
+      await stopped;
     },
   };
+}
+
+/** Cancels an HTTP/2 request whose body has not ended `ms` after its head. */
+function bodyDeadline(req: http2.Http2ServerRequest, ms: number) {
+  const stream = req.stream;
+  if (stream.endAfterHeaders) return;
+  let ended = false;
+  const deadline = setTimeout(() => {
+    if (!ended && !stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+  }, ms);
+  req.once('end', () => {
+    ended = true;
+    clearTimeout(deadline);
+  });
+  stream.once('close', () => clearTimeout(deadline));
 }
 
 /**

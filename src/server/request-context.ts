@@ -1,8 +1,9 @@
-import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
+import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
 import type { MikroORM } from '../db/orm';
 import { entityManagerKey } from '../db/context';
 import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../context';
-import { apiError, errorInfoOf, fallbackCodeOf } from '../errors';
+import { apiError, errorInfoDetail, errorInfoOf, fallbackCodeOf, ERRORS, type ErrorCode } from '../errors';
+import { isDatabaseUnavailable } from '../db/errors';
 import type { Logger } from '../config/logger';
 
 export interface CallObserver {
@@ -15,25 +16,171 @@ function transportOf(contentType: string | null): Transport {
   return 'connect';
 }
 
+/** Set once the outermost interceptor has the call: from then on it maps the call's errors. */
+const interceptedKey = createContextKey<boolean>(false, { description: 'call reached the interceptors' });
+
+/** The gate's refusal of the caller, answered once the body is in (see createRequestGate). */
+const callerRefusalKey = createContextKey<ConnectError | null>(null, { description: 'refusal of the caller' });
+
 /**
- * Outermost interceptor: gives every call a request id, its own EntityManager fork and
- * one log line; turns anything that is not a deliberate ConnectError into `internal`
- * with the message hidden (the cause goes to the log with the request id).
+ * A refusal decided before the call was handed over (the REST gateway's body and query
+ * checks); the gate raises it once the caller is authenticated, so authentication
+ * always answers first.
+ */
+export const pendingRefusalKey = createContextKey<ConnectError | null>(null, { description: 'refusal decided before the call' });
+
+export interface RequestGateOptions {
+  orm: MikroORM;
+  logger: Logger;
+  observe?: CallObserver;
+  /** Establishes the caller; throws its refusal. */
+  authenticate(ctx: HandlerContext): Promise<void>;
+  /** Records the refusal of an audited RPC that never reached the audit interceptor. */
+  auditRefusal(ctx: HandlerContext, refusal: ConnectError): Promise<void>;
+}
+
+/**
+ * connect-es runs a request gate on every protocol once the headers are in, before the
+ * body is read, decompressed or decoded; interceptors run only after decoding. So the
+ * gate gives each call its request id, its EntityManager fork and its caller.
+ *
+ * It is also the one seam that sees the errors raised between the gate and the
+ * interceptors: an undecodable body, a missing or extra message, an unknown encoding, a
+ * body past the limit. connect-es reports those with protocol codes and no ErrorInfo
+ * (`internal` "parse binary: ..." for bad protobuf, answered 500 over Connect). It aborts
+ * the call's signal with that very error before writing it out, on all three protocols,
+ * and offers no hook to replace it, so the abort listener turns it into a coded refusal
+ * carrying the request id, in place. A wrapper around the handler would have to re-encode the answer per protocol
+ * (gRPC-web trailers live in the body), and a custom serializer cannot be configured.
+ *
+ * A caller the gate refuses is answered with that refusal whatever the body holds, but
+ * only once the body is in: Node's HTTP/2 client (grpc-js, connect-node) never frees the
+ * unsent part of a body whose answer came early, and after about 10 MiB of such calls
+ * refuses every new call on the connection. So off REST (whose gateway has read the body
+ * already) the refusal waits: the outermost interceptor raises it, or, when decoding
+ * failed first, the abort listener answers it in place of the decoding error.
+ */
+export function createRequestGate(options: RequestGateOptions): (ctx: HandlerContext) => Promise<void> {
+  const { orm, logger, observe } = options;
+  return async (ctx) => {
+    const started = process.hrtime.bigint();
+    const requestId = requestIdFrom(ctx.requestHeader.get('x-request-id'));
+    const transport = ctx.values.get(transportKey) ?? transportOf(ctx.requestHeader.get('content-type'));
+    const procedure = `${ctx.service.typeName}/${ctx.method.name}`;
+    ctx.values.set(requestIdKey, requestId);
+    ctx.values.set(transportKey, transport);
+    ctx.values.set(entityManagerKey, orm.em.fork());
+    ctx.signal.addEventListener(
+      'abort',
+      () => {
+        const error: unknown = ctx.signal.reason;
+        if (ctx.values.get(interceptedKey) || !(error instanceof ConnectError)) return;
+        const callerRefusal = ctx.values.get(callerRefusalKey);
+        if (callerRefusal && callerRefusal !== error) replaceWith(error, callerRefusal);
+        const code = asRefusal(error, ctx.method.input.typeName);
+        error.metadata.set('x-request-id', requestId);
+        const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+        observe?.({ procedure, transport, code, seconds });
+        logger.info({ requestId, procedure, transport, code, ms: Math.round(seconds * 1000) }, 'call refused before decoding');
+      },
+      { once: true },
+    );
+    try {
+      try {
+        await options.authenticate(ctx);
+      } catch (error) {
+        if (transport === 'rest') throw error;
+        ctx.values.set(callerRefusalKey, callError(error, { requestId, procedure, logger }));
+        return;
+      }
+      const pending = ctx.values.get(pendingRefusalKey);
+      if (pending) {
+        await options.auditRefusal(ctx, pending);
+        throw pending;
+      }
+    } catch (error) {
+      throw callError(error, { requestId, procedure, logger });
+    }
+  };
+}
+
+/**
+ * Gives a protocol-level error (it carries no ErrorInfo) its stable code. Before the
+ * interceptors nothing but the request can be at fault: an `internal` there is a body
+ * the decoder refused, and the protocols' `unimplemented` for a missing message or an
+ * unknown encoding would answer a client's mistake with HTTP 501.
+ */
+function asRefusal(error: ConnectError, inputType: string): ErrorCode {
+  const existing = errorInfoOf(error);
+  if (existing) return existing.code;
+  let code: ErrorCode;
+  let message = error.rawMessage;
+  switch (error.code) {
+    case Code.Internal:
+      code = 'INVALID_ARGUMENT';
+      message = `The request body is not a valid ${inputType} message.`;
+      break;
+    case Code.Unimplemented:
+      code = 'INVALID_ARGUMENT';
+      break;
+    case Code.ResourceExhausted:
+      code = 'PAYLOAD_TOO_LARGE';
+      break;
+    default:
+      code = fallbackCodeOf(error.code);
+  }
+  Object.assign(error, { code: ERRORS[code][0], rawMessage: message.slice(0, MAX_MESSAGE_LENGTH) });
+  error.details.push(errorInfoDetail(code));
+  return code;
+}
+
+/** Makes a protocol error (still to be written out by connect-es) say what `refusal` says. */
+function replaceWith(error: ConnectError, refusal: ConnectError): void {
+  Object.assign(error, { code: refusal.code, rawMessage: refusal.rawMessage });
+  error.details.splice(0, error.details.length, ...refusal.details);
+  refusal.metadata.forEach((value, name) => error.metadata.set(name, value));
+}
+
+/** What the client is told about an error: its own refusal, UNAVAILABLE for a database outage, else INTERNAL. */
+function callError(error: unknown, call: { requestId: string; procedure: string; logger: Logger }): ConnectError {
+  let connectError: ConnectError;
+  if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
+    connectError = boundedMessage(error);
+  } else if (isDatabaseUnavailable(error)) {
+    call.logger.warn({ requestId: call.requestId, err: error, procedure: call.procedure }, 'database unavailable');
+    connectError = databaseUnavailable();
+  } else {
+    call.logger.error({ requestId: call.requestId, err: error, procedure: call.procedure }, 'internal error');
+    connectError = apiError('INTERNAL', `Internal error; quote request id ${call.requestId} when reporting it.`);
+  }
+  connectError.metadata.set('x-request-id', call.requestId);
+  return connectError;
+}
+
+/**
+ * Outermost interceptor: one log line and metric per call that got past the gate (which
+ * gave it its request id, EntityManager fork and caller; set here when there is no gate,
+ * as in-process router transports have none), and the mapping of every error into what
+ * the client may see (see callError).
  */
 export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, observe?: CallObserver): Interceptor {
   return (next) => async (req) => {
     const started = process.hrtime.bigint();
-    const requestId = requestIdFrom(req.header.get('x-request-id'));
+    req.contextValues.set(interceptedKey, true);
+    const callerRefusal = req.contextValues.get(callerRefusalKey);
+    const requestId = req.contextValues.get(requestIdKey) || requestIdFrom(req.header.get('x-request-id'));
     const transport = req.contextValues.get(transportKey) ?? transportOf(req.header.get('content-type'));
+    const procedure = `${req.service.typeName}/${req.method.name}`;
     req.contextValues.set(requestIdKey, requestId);
     req.contextValues.set(transportKey, transport);
-    req.contextValues.set(entityManagerKey, orm.em.fork());
+    if (!req.contextValues.get(entityManagerKey)) req.contextValues.set(entityManagerKey, orm.em.fork());
     const finish = (code: string) => {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      observe?.({ procedure: `${req.service.typeName}/${req.method.name}`, transport, code, seconds });
-      logger.info({ requestId, procedure: `${req.service.typeName}/${req.method.name}`, transport, code, ms: Math.round(seconds * 1000) }, 'call');
+      observe?.({ procedure, transport, code, seconds });
+      logger.info({ requestId, procedure, transport, code, ms: Math.round(seconds * 1000) }, 'call');
     };
     try {
+      if (callerRefusal) throw callerRefusal;
       if (!req.stream && containsNul(req.message)) {
         throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
       }
@@ -42,14 +189,7 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
       finish('OK');
       return res;
     } catch (error) {
-      let connectError: ConnectError;
-      if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
-        connectError = boundedMessage(error);
-      } else {
-        logger.error({ requestId, err: error, procedure: `${req.service.typeName}/${req.method.name}` }, 'internal error');
-        connectError = apiError('INTERNAL', `Internal error; quote request id ${requestId} when reporting it.`);
-      }
-      connectError.metadata.set('x-request-id', requestId);
+      const connectError = callError(error, { requestId, procedure, logger });
       finish(errorInfoOf(connectError)?.code ?? fallbackCodeOf(connectError.code));
       throw connectError;
     }
@@ -81,4 +221,14 @@ function boundedMessage(error: ConnectError): ConnectError {
   const bounded = new ConnectError(`${error.rawMessage.slice(0, MAX_MESSAGE_LENGTH)}…`, error.code, error.metadata, [], error.cause);
   bounded.details = error.details;
   return bounded;
+}
+
+/** Seconds a client is asked to wait before calling again while the database is unreachable. */
+export const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
+
+/** The answer to a call the database could not serve: retry later, on every transport. */
+export function databaseUnavailable(): ConnectError {
+  return apiError('UNAVAILABLE', 'The service cannot reach its database; retry later.', {
+    headers: { 'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS) },
+  });
 }

@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { StateSigner, type StatePayload } from '../../src/connections/state';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { REFUSALS, Refusal, connectionsApi, rows, type ConnectionsApi, type RefusalCode, type TransportUnderTest } from '../connections/flow-helpers';
-import { inPool, snapshotDomain } from './support';
+import { inPool, snapshotDomain, ROBUSTNESS_SEED } from './support';
 
 const MUTATIONS = 1_500;
 const ACCOUNT = 'sbx.instagram.bakery';
@@ -173,7 +173,7 @@ it('refuses every tampered connection state and still completes the attempt with
   const { attemptId } = parse(original).payload;
   const before = await snapshotDomain(t);
 
-  const seed = Number(process.env.ROBUSTNESS_SEED ?? Date.now() % 2 ** 31);
+  const seed = ROBUSTNESS_SEED;
   const generated = fc.sample(fc.tuple(mutations(original, { attemptId }), fc.constantFrom<TransportUnderTest>('rest', 'grpc')), { numRuns: MUTATIONS, seed });
   const perClass = new Map<MutationClass, number>();
   const failures: string[] = [];

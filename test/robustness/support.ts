@@ -340,6 +340,12 @@ export async function hostileCallers(t: TestApp): Promise<Record<CallerName, str
   return { noScopes, allScopes, revoked: revoked.apiKey };
 }
 
+/**
+ * The seed of every generated request set: fixed, so each run (CI's included) sends the
+ * same requests and a failure can be replayed; set ROBUSTNESS_SEED to explore others.
+ */
+export const ROBUSTNESS_SEED = Number(process.env.ROBUSTNESS_SEED ?? 20_261_121);
+
 /** The server still answers its liveness probe. */
 export async function stillAlive(t: TestApp): Promise<number> {
   const response = await fetch(`${t.url}/healthz`);

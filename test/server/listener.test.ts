@@ -92,6 +92,16 @@ describe('refusing a request body it did not read', () => {
     expect((await webhooks.listWebhooks({})).endpoints).toEqual([]);
   });
 
+  it('keeps the gRPC connection usable after refusing large unauthenticated calls before reading their bodies', async () => {
+    const webhooks = client(WebhookService, t.url, 'grpc');
+    const codes: Code[] = [];
+    for (let i = 0; i < REFUSALS; i++) {
+      const refusal = await webhooks.createWebhook({ url: `https://example.com/${'a'.repeat(TWO_MIB.length / 2)}` }).catch((error: unknown) => error);
+      codes.push(ConnectError.from(refusal).code);
+    }
+    expect(codes).toEqual(Array.from({ length: REFUSALS }, () => Code.Unauthenticated));
+  });
+
   it('closes a refused stream whose client stops sending without ending it, and cancels one that goes on past 64 MiB', async () => {
     const { apiKey } = await t.tenant();
     const session = http2.connect(t.url);

@@ -77,9 +77,9 @@ describe('routing', () => {
     expect(getStart.headers.get('allow')).toBe('POST');
   });
 
-  it('answers a path with broken percent-encoding with 400, not an internal error', async () => {
+  it('answers a path with broken percent-encoding with 404 ROUTE_NOT_FOUND, not an internal error', async () => {
     const response = await rest(t.url, 'POST', '/api/v1/connections/%E0%A4%A/confirm', { apiKey: tenant.apiKey, body: { confirmIdentity: true } });
-    expectError(response, 400, 'INVALID_ARGUMENT');
+    expectError(response, 404, 'ROUTE_NOT_FOUND');
   });
 });
 

@@ -1,0 +1,136 @@
+/**
+ * Bodies the protocol layer cannot decode are refused as the client's fault on every
+ * transport, with a stable code and the request id; the caller is authenticated before
+ * any body is decoded; and an audited action refused for its body is in the audit trail.
+ */
+import http2 from 'node:http2';
+import { Code } from '@connectrpc/connect';
+import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
+import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { errorInfoFromConnectJson, grpcStatusOf, http1Request, rawH2, rawHttp1 } from '../robustness/support';
+
+let t: TestApp;
+let tenant: Tenant;
+beforeAll(async () => {
+  t = await startTestApp();
+  tenant = await t.tenant();
+});
+afterAll(async () => {
+  await t.close();
+});
+
+const CONFIRM = `/${ConnectionService.typeName}/ConfirmConnection`;
+/** Field 0 does not exist: "parse binary: illegal tag: field no 0 wire type 0". */
+const UNDECODABLE = Buffer.from([0x00, 0x00, 0x07]);
+
+function envelope(payload: Buffer, flags = 0): Buffer {
+  const head = Buffer.alloc(5);
+  head.writeUInt8(flags, 0);
+  head.writeUInt32BE(payload.length, 1);
+  return Buffer.concat([head, payload]);
+}
+
+function grpcWebTrailers(body: Buffer): Record<string, string> {
+  const fields: Record<string, string> = {};
+  for (let offset = 0; offset + 5 <= body.length; offset += 5 + body.readUInt32BE(offset + 1)) {
+    if (!(body.readUInt8(offset) & 0x80)) continue;
+    const text = body.subarray(offset + 5, offset + 5 + body.readUInt32BE(offset + 1)).toString('utf8');
+    for (const line of text.split('\r\n')) {
+      const colon = line.indexOf(':');
+      if (colon > 0) fields[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
+    }
+  }
+  return fields;
+}
+
+type Answer = { code: string; reason: string | undefined; requestId: string | undefined; message: string };
+
+async function connectCall(contentType: string, body: Buffer, requestId: string, apiKey: string | null): Promise<Answer & { status: number }> {
+  const headers: [string, string][] = [['Content-Type', contentType], ['x-request-id', requestId]];
+  if (apiKey) headers.push(['Authorization', `Bearer ${apiKey}`]);
+  const answer = await rawHttp1(t.url, http1Request('POST', CONFIRM, headers, body));
+  const parsed = JSON.parse(answer.body.toString('utf8')) as { code: string; message: string; details?: { type?: string; value?: string }[] };
+  return { status: answer.status, code: parsed.code, reason: errorInfoFromConnectJson(parsed)?.reason, requestId: answer.headers['x-request-id']?.[0], message: parsed.message };
+}
+
+async function grpcCall(body: Buffer, requestId: string, apiKey: string | null): Promise<Answer> {
+  const session = http2.connect(t.url);
+  try {
+    const headers: http2.OutgoingHttpHeaders = { ':method': 'POST', ':path': CONFIRM, 'content-type': 'application/grpc', te: 'trailers', 'x-request-id': requestId };
+    if (apiKey) headers.authorization = `Bearer ${apiKey}`;
+    const answer = await rawH2(session, headers, body);
+    const fields = { ...answer.headers, ...answer.trailers } as Record<string, string>;
+    const status = grpcStatusOf(fields);
+    if (status === null || status === 'missing') throw new Error(`no refusal: ${String(status)}`);
+    return { code: Code[status.code]!, reason: status.info?.reason, requestId: fields['x-request-id'], message: status.message };
+  } finally {
+    session.close();
+  }
+}
+
+async function grpcWebCall(body: Buffer, requestId: string, apiKey: string | null): Promise<Answer> {
+  const headers: [string, string][] = [['Content-Type', 'application/grpc-web+proto'], ['x-request-id', requestId]];
+  if (apiKey) headers.push(['Authorization', `Bearer ${apiKey}`]);
+  const answer = await rawHttp1(t.url, http1Request('POST', CONFIRM, headers, body));
+  const flat = Object.fromEntries(Object.entries(answer.headers).map(([n, v]) => [n, v[0] ?? '']));
+  const fields = { ...flat, ...grpcWebTrailers(answer.body) };
+  const status = grpcStatusOf(fields);
+  if (status === null || status === 'missing') throw new Error(`no refusal: ${String(status)}`);
+  return { code: Code[status.code]!, reason: status.info?.reason, requestId: fields['x-request-id'], message: status.message };
+}
+
+describe('a body the protocol layer cannot decode', () => {
+  it('is refused 400 invalid_argument with INVALID_ARGUMENT and the request id over Connect binary, without the parser message', async () => {
+    const answer = await connectCall('application/proto', UNDECODABLE, 'bad-proto-connect', tenant.apiKey);
+    expect(answer).toMatchObject({ status: 400, code: 'invalid_argument', reason: 'INVALID_ARGUMENT', requestId: 'bad-proto-connect' });
+    expect(answer.message).not.toMatch(/parse binary|illegal tag/);
+  });
+
+  it('is refused InvalidArgument with INVALID_ARGUMENT and the request id over gRPC and gRPC-web', async () => {
+    expect(await grpcCall(envelope(UNDECODABLE), 'bad-proto-grpc', tenant.apiKey)).toMatchObject({ code: 'InvalidArgument', reason: 'INVALID_ARGUMENT', requestId: 'bad-proto-grpc' });
+    expect(await grpcWebCall(envelope(UNDECODABLE), 'bad-proto-web', tenant.apiKey)).toMatchObject({ code: 'InvalidArgument', reason: 'INVALID_ARGUMENT', requestId: 'bad-proto-web' });
+  });
+
+  it('is refused with a code, not unimplemented, when the unary message is missing or compressed without an encoding', async () => {
+    expect(await grpcCall(Buffer.alloc(0), 'no-message', tenant.apiKey)).toMatchObject({ code: 'InvalidArgument', reason: 'INVALID_ARGUMENT', requestId: 'no-message' });
+    expect(await grpcCall(envelope(UNDECODABLE, 1), 'flagged', tenant.apiKey)).toMatchObject({ code: 'InvalidArgument', reason: 'INVALID_ARGUMENT', requestId: 'flagged' });
+  });
+
+  it('is refused with invalid_argument over Connect JSON when the JSON is malformed', async () => {
+    expect(await connectCall('application/json', Buffer.from('{"id":'), 'bad-json', tenant.apiKey)).toMatchObject({ status: 400, reason: 'INVALID_ARGUMENT', requestId: 'bad-json' });
+  });
+});
+
+describe('authentication before decoding', () => {
+  it('answers an unauthenticated call with an undecodable body 401 on every transport', async () => {
+    expect(await connectCall('application/proto', UNDECODABLE, 'anon-proto', null)).toMatchObject({ status: 401, reason: 'AUTHENTICATION_REQUIRED', requestId: 'anon-proto' });
+    expect(await connectCall('application/json', Buffer.from('{nope'), 'anon-json', null)).toMatchObject({ status: 401, reason: 'AUTHENTICATION_REQUIRED', requestId: 'anon-json' });
+    expect(await grpcCall(envelope(UNDECODABLE), 'anon-grpc', null)).toMatchObject({ code: 'Unauthenticated', reason: 'AUTHENTICATION_REQUIRED', requestId: 'anon-grpc' });
+    expect(await grpcWebCall(envelope(UNDECODABLE), 'anon-web', 'pk_live_unknown')).toMatchObject({ code: 'Unauthenticated', reason: 'API_KEY_INVALID', requestId: 'anon-web' });
+    const rest = await rawHttp1(t.url, http1Request('POST', '/api/v1/connections/start', [['Content-Type', 'application/json']], Buffer.from('{"toolkit":')));
+    expect({ status: rest.status, code: (JSON.parse(rest.body.toString('utf8')) as { code: string }).code }).toEqual({ status: 401, code: 'AUTHENTICATION_REQUIRED' });
+  });
+});
+
+describe('an audited action refused for its body over REST', () => {
+  async function refusedEvents(requestId: string) {
+    return t.orm.em.fork().execute<{ action: string; outcome: string; reason: string; organization_id: string }[]>(
+      'select action, outcome, reason, organization_id from audit_events where request_id = ?',
+      [requestId],
+    );
+  }
+
+  it.each([
+    ['a wrongly typed field', '{"confirmIdentity":"true"}', 'INVALID_ARGUMENT'],
+    ['malformed JSON', '{"confirmIdentity":tru', 'MALFORMED_JSON'],
+  ])('leaves a refused audit event for %s', async (_name, body, code) => {
+    const requestId = `audited-${code.toLowerCase()}`;
+    const answer = await rawHttp1(
+      t.url,
+      http1Request('POST', '/api/v1/connections/00000000-0000-4000-8000-000000000000/confirm', [['Authorization', `Bearer ${tenant.apiKey}`], ['Content-Type', 'application/json'], ['x-request-id', requestId]], Buffer.from(body)),
+    );
+    const parsed = JSON.parse(answer.body.toString('utf8')) as { code: string; requestId: string };
+    expect({ status: answer.status, code: parsed.code, requestId: parsed.requestId }).toEqual({ status: 400, code, requestId });
+    expect(await refusedEvents(requestId)).toEqual([{ action: 'connection.confirm', outcome: 'refused', reason: code, organization_id: tenant.organizationId }]);
+  });
+});
