@@ -87,6 +87,9 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
   });
   let sent = progress.sent;
   for (;;) {
+    // A release counts from the attempt on: one that arrives while a held attempt's result is
+    // on its way must still wake the wait that follows.
+    released = false;
     let outcome: AttemptOutcome;
     try {
       outcome = await attemptsLeft(MAX_ATTEMPTS - sent)(ref);
@@ -113,7 +116,6 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
     if (patched(PATCHES.releaseSignal)) {
-      released = false;
       await condition(() => released, RETRY_INTERVAL_MS);
     } else {
       await sleep(RETRY_INTERVAL_MS);
