@@ -43,7 +43,7 @@ export const DEAD_LETTER_ACTIVITY_OPTIONS = {
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 } satisfies ActivityOptions;
 
-/** Patches of changes made while deliveries were running (README, "Changing the workflow"). */
+/** Patches of changes made while deliveries were running (docs/changing-the-workflow.md). */
 export const PATCHES = {
   /** A held delivery wakes on the release signal instead of sleeping out its interval. */
   releaseSignal: 'release-signal',
