@@ -43,7 +43,7 @@ export const DEAD_LETTER_ACTIVITY_OPTIONS = {
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 } satisfies ActivityOptions;
 
-/** Patches of changes made while deliveries were running (README, "Changing the workflow"). */
+/** Patches of changes made while deliveries were running (docs/changing-the-workflow.md). */
 export const PATCHES = {
   /** A held delivery wakes on the release signal instead of sleeping out its interval. */
   releaseSignal: 'release-signal',
@@ -87,6 +87,9 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
   });
   let sent = progress.sent;
   for (;;) {
+    // A release counts from the attempt on: one that arrives while a held attempt's result is
+    // on its way must still wake the wait that follows.
+    released = false;
     let outcome: AttemptOutcome;
     try {
       outcome = await attemptsLeft(MAX_ATTEMPTS - sent)(ref);
@@ -113,7 +116,6 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
     if (patched(PATCHES.releaseSignal)) {
-      released = false;
       await condition(() => released, RETRY_INTERVAL_MS);
     } else {
       await sleep(RETRY_INTERVAL_MS);

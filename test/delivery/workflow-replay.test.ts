@@ -8,24 +8,23 @@ import {
   type ConnectionLike,
   type StartWorkflowExecutionRequest,
 } from '@temporalio/client';
-import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
-import { DefaultLogger, makeTelemetryFilterString, Runtime, Worker } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { FAILURE_TYPES, type DeliveryRef } from '../../src/delivery/contract';
 import { TemporalDeliveryEngine } from '../../src/delivery/temporal-engine';
 import { workflowIdFor } from '../../src/delivery/workflow-id';
-import { ATTEMPT_ACTIVITY_OPTIONS } from '../../workflows/delivery';
-import { ACTIVITY_START_TO_CLOSE_MS, DELIVERY_RETRY_POLICY } from '../../workflows/policy';
+import { ATTEMPT_ACTIVITY_OPTIONS, PATCHES } from '../../workflows/delivery';
+import { ACTIVITY_START_TO_CLOSE_MS, DELIVERY_RETRY_POLICY, RELEASE_SIGNAL } from '../../workflows/policy';
+import { attemptOptions, deadLetterOptions, deliveryHistory, quietWorkerLogs, ref, replay } from './delivery-histories';
+import { applicationFailure, heartbeatTimeoutFailure } from './history-builder';
 
 /*
  * No Temporal server can run here, so the histories under ./histories were written by hand in
- * the shape a 1.24 worker records. The first WorkflowTaskCompleted carries sdkMetadata
+ * the shape a 1.24 worker records, before the workflow's patches existed; the newer ones are
+ * built with ./history-builder. The first WorkflowTaskCompleted carries sdkMetadata
  * coreUsedFlags [1] as a real worker does: without it, replay skips the activity id/type checks
  * to stay compatible with histories from old SDKs, and a wrong activity would replay cleanly.
  */
 type HistoryJSON = { events: Array<Record<string, any>> };
-
-const ref: DeliveryRef = { deliveryId: 'dlv_01', organizationId: 'org_01', endpointId: 'end_01', eventId: 'evt_01' };
 
 function loadHistory(name: string): HistoryJSON {
   return JSON.parse(readFileSync(path.join(__dirname, 'histories', name), 'utf8')) as HistoryJSON;
@@ -37,21 +36,7 @@ function firstEvent(history: HistoryJSON, eventType: string): Record<string, any
   return event;
 }
 
-function replay(history: HistoryJSON): Promise<void> {
-  return Worker.runReplayHistory(
-    { workflowsPath: require.resolve('../../workflows') },
-    historyFromJSON(history),
-    workflowIdFor(ref),
-  );
-}
-
-beforeAll(() => {
-  // The negative cases make the worker log the violation they assert; keep passing runs quiet.
-  Runtime.install({
-    logger: new DefaultLogger('ERROR'),
-    telemetryOptions: { logging: { filter: makeTelemetryFilterString({ core: 'ERROR' }) } },
-  });
-});
+beforeAll(quietWorkerLogs);
 
 describe('deliverWebhook', () => {
   it.each([
@@ -61,7 +46,7 @@ describe('deliverWebhook', () => {
     ['kill-switch-held-then-sent.json', 'waits one interval while the kill switch holds it, then delivers'],
     ['kill-switch-held-continued-as-new.json', 'continues as new while held once Temporal suggests it'],
   ])('%s: %s', async (file) => {
-    await expect(replay(loadHistory(file))).resolves.toBeUndefined();
+    await expect(replay(loadHistory(file))).resolves.toBeDefined();
   });
 
   it('fails replay when the history scheduled a different activity than the workflow does', async () => {
@@ -96,6 +81,141 @@ describe('deliverWebhook', () => {
       FAILURE_TYPES.endpointGone,
       FAILURE_TYPES.attemptsExhausted,
     ]);
+  });
+});
+
+/*
+ * Histories as the current workflow records them: both patches on, the attempt activity
+ * heartbeating. Each ends in what the delivery came to, so a workflow that took another path
+ * (another command, or none) fails its replay.
+ */
+describe('deliverWebhook with its patches', () => {
+  const attempt = 'attemptDelivery';
+  const delivered = (attemptNumber: number) => ({ kind: 'delivered', attempt: attemptNumber, status: 200 });
+  const sendFailed = (sent: number) => applicationFailure('The endpoint answered HTTP 503.', FAILURE_TYPES.attemptFailed, { details: [{ sent }] });
+  const exhausted = applicationFailure('The endpoint answered HTTP 503.', FAILURE_TYPES.attemptsExhausted, { nonRetryable: true, details: [{ sent: 8 }] });
+
+  /** Retries ran out after 8 executions, of which only 6 sent: two died before sending. */
+  function retriesRanOutWithTwoUnsent() {
+    const history = deliveryHistory().workflowTask();
+    const first = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history
+      .activityFailed(first, sendFailed(6), 'RETRY_STATE_MAXIMUM_ATTEMPTS_REACHED', { attempt: 8, lastFailure: sendFailed(5) })
+      .workflowTask()
+      .patchMarker(PATCHES.topUpUnsentAttempts);
+    history.timerFired(history.startTimer(30_000)).workflowTask();
+    return { history, topUp: history.scheduleActivity(attempt, [ref], attemptOptions(2)) };
+  }
+
+  /** Held by a kill switch after 3 sends, then one interval passed while Temporal suggested continuing as new. */
+  function heldAfterThreeSends() {
+    const history = deliveryHistory().workflowTask();
+    const first = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(first, { kind: 'held', sent: 3 }, { attempt: 4, lastFailure: sendFailed(3) }).workflowTask().patchMarker(PATCHES.releaseSignal);
+    history.timerFired(history.startTimer(30_000)).workflowTask({ suggestContinueAsNew: true });
+    return history;
+  }
+
+  it('attempts again at once when the release signal arrives before the held interval ends', async () => {
+    const history = deliveryHistory().workflowTask();
+    const held = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(held, { kind: 'held', sent: 0 }).workflowTask().patchMarker(PATCHES.releaseSignal);
+    const interval = history.startTimer(30_000);
+    history.advance(2_000).signaled(RELEASE_SIGNAL).workflowTask().timerCanceled(interval);
+    const released = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(released, delivered(1)).workflowTask().completed({ status: 'delivered', attempts: 1 });
+
+    const commands = await replay(history.toJSON());
+
+    expect(commands.activities.map((a) => a.activityType)).toEqual([attempt, attempt]);
+  });
+
+  it('does not wait out the interval when the release signal arrived while the held attempt was returning', async () => {
+    const history = deliveryHistory().workflowTask();
+    const held = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    // The kill switch went off after the attempt marked the row held, before its result reached the workflow.
+    history.advance(200).signaled(RELEASE_SIGNAL).workflowTask();
+    history.activityCompleted(held, { kind: 'held', sent: 0 }).workflowTask().patchMarker(PATCHES.releaseSignal);
+    const released = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(released, delivered(1)).workflowTask().completed({ status: 'delivered', attempts: 1 });
+
+    await expect(replay(history.toJSON())).resolves.toBeDefined();
+  });
+
+  it('tops up the attempts left unsent when retries ran out, then dead-letters once 8 were sent', async () => {
+    const { history, topUp } = retriesRanOutWithTwoUnsent();
+    history.activityFailed(topUp, exhausted, 'RETRY_STATE_NON_RETRYABLE_FAILURE', { attempt: 2, lastFailure: sendFailed(7) }).workflowTask();
+    const deadLetter = history.scheduleActivity('deadLetter', [ref], deadLetterOptions);
+    history.activityCompleted(deadLetter, undefined).workflowTask().completed({ status: 'dead_lettered' });
+
+    const commands = await replay(history.toJSON());
+
+    expect(commands.activities.map((a) => a.activityType)).toEqual([attempt, attempt, 'deadLetter']);
+  });
+
+  it('tops up the attempts left unsent when retries ran out, and delivers on one of them', async () => {
+    const { history, topUp } = retriesRanOutWithTwoUnsent();
+    history.activityCompleted(topUp, delivered(7)).workflowTask().completed({ status: 'delivered', attempts: 7 });
+
+    await expect(replay(history.toJSON())).resolves.toBeDefined();
+  });
+
+  it('gives the attempt activity a retry budget of the sends left: 8 − sent', async () => {
+    const { history, topUp } = retriesRanOutWithTwoUnsent();
+    history.activityCompleted(topUp, delivered(7)).workflowTask().completed({ status: 'delivered', attempts: 7 });
+    const continued = deliveryHistory({ input: [ref, { sent: 3 }], runId: 'run-0002', continuedFrom: { runId: 'run-0001', firstRunId: 'run-0001' } }).workflowTask();
+    const after3 = continued.scheduleActivity(attempt, [ref], attemptOptions(5));
+    continued.activityCompleted(after3, delivered(4)).workflowTask().completed({ status: 'delivered', attempts: 4 });
+
+    const budgets = async (h: typeof history) => (await replay(h.toJSON())).activities.map((a) => a.maximumAttempts);
+
+    expect(await budgets(history)).toEqual([8, 8 - 6]);
+    expect(await budgets(continued)).toEqual([8 - 3]);
+  });
+
+  it('sees only the outcome of an attempt the server retried after a heartbeat timeout', async () => {
+    const history = deliveryHistory().workflowTask();
+    const first = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    // The first execution's worker died before sending: no event for it, only the second's start (attempt 2) and result.
+    history
+      .activityCompleted(first, delivered(1), { attempt: 2, lastFailure: heartbeatTimeoutFailure() })
+      .workflowTask()
+      .completed({ status: 'delivered', attempts: 1 });
+
+    const commands = await replay(history.toJSON());
+
+    expect(commands.activities).toEqual([{ activityType: attempt, maximumAttempts: 8 }]);
+  });
+
+  it('tops up with the count it last knew when the last execution timed out on its heartbeat', async () => {
+    const history = deliveryHistory().workflowTask();
+    const first = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history
+      .activityTimedOut(first, 'RETRY_STATE_MAXIMUM_ATTEMPTS_REACHED', { attempt: 8, lastFailure: sendFailed(5) })
+      .workflowTask()
+      .patchMarker(PATCHES.topUpUnsentAttempts);
+    history.timerFired(history.startTimer(30_000)).workflowTask();
+    // A timeout carries no count: the row, not this budget, stops the sends at 8.
+    const topUp = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityFailed(topUp, exhausted, 'RETRY_STATE_NON_RETRYABLE_FAILURE', { attempt: 3 }).workflowTask();
+    const deadLetter = history.scheduleActivity('deadLetter', [ref], deadLetterOptions);
+    history.activityCompleted(deadLetter, undefined).workflowTask().completed({ status: 'dead_lettered' });
+
+    const commands = await replay(history.toJSON());
+
+    expect(commands.activities.map((a) => [a.activityType, a.maximumAttempts])).toEqual([
+      [attempt, 8],
+      [attempt, 8],
+      ['deadLetter', undefined],
+    ]);
+  });
+
+  it('carries the sends made across a continue-as-new while held', async () => {
+    const history = heldAfterThreeSends().continuedAsNew('run-0002', [ref, { sent: 3 }]);
+
+    const commands = await replay(history.toJSON());
+
+    expect(commands.continuedAsNew).toEqual([[ref, { sent: 3 }]]);
   });
 });
 
