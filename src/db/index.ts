@@ -1,4 +1,4 @@
-export { openDatabase, migrate, MikroORM, type EntityManager } from './orm';
+export { openDatabase, migrate, MikroORM, LockMode, type EntityManager } from './orm';
 export { entityManagerKey, entityManagerOf } from './context';
 export * from './entities';
 export { isUniqueViolation } from './errors';

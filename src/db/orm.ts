@@ -1,17 +1,26 @@
-import { MikroORM, type EntityManager, type Options } from '@mikro-orm/postgresql';
+import { LockMode, MikroORM, type EntityManager, type Options } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
 import { ENTITIES } from './entities';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
 
 export type { EntityManager };
-export { MikroORM };
+export { LockMode, MikroORM };
 
 /** Migrations in order. Listed explicitly so the same list runs under tsx, jest and a bundle. */
 const MIGRATIONS = [
   { name: 'Migration20261121000000Initial', class: Migration20261121000000Initial },
   { name: 'Migration20261121000001PrincipalNotices', class: Migration20261121000001PrincipalNotices },
 ];
+
+/**
+ * Pool connections per process. A connection is held only while statements run: nothing
+ * that waits on the network (the managed-OAuth provider, webhook receivers, Temporal) runs
+ * inside a transaction, so the embedded engine's 16 concurrent deliveries and the API's
+ * calls share 10 without queueing behind one another. Each instance also opens 2 for the
+ * rate limiter and 1 to listen for principal notices: 13 per instance in all.
+ */
+export const POOL_SIZE = 10;
 
 export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Options {
   return {
@@ -21,8 +30,7 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
     // Timestamps are instants; the pool's sessions speak UTC so nothing depends on the host's zone.
     timezone: 'Z',
     forceUtcTimezone: true,
-    // The embedded engine works on 16 deliveries at once next to the API's calls.
-    pool: { min: 0, max: 20 },
+    pool: { min: 0, max: POOL_SIZE },
     debug: false,
     allowGlobalContext: false,
     // A flush of one statement needs no BEGIN/COMMIT round trips; everything that writes

@@ -2,6 +2,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { Client } from 'pg';
 import type { Logger } from '../config/logger';
+import { POOL_SIZE } from './orm';
 
 export interface ResolvedDatabase {
   url: string;
@@ -44,7 +45,7 @@ export async function resolveDatabaseUrl(
 ): Promise<ResolvedDatabase> {
   if (configured) {
     logger.info({ database: redact(configured) }, 'using DATABASE_URL');
-    return { url: configured, poolMax: 10, embedded: false, stop: async () => undefined };
+    return { url: configured, poolMax: POOL_SIZE, embedded: false, stop: async () => undefined };
   }
   if (await answers(local.host, local.port)) {
     const admin = new Client({ host: local.host, port: local.port, user: 'postgres', database: 'postgres' });
@@ -54,7 +55,7 @@ export async function resolveDatabaseUrl(
       if (exists.rowCount === 0) await admin.query(`create database ${DEV_DATABASE}`);
       const url = `postgres://postgres@${local.host}:${local.port}/${DEV_DATABASE}`;
       logger.info({ database: url }, 'no DATABASE_URL: using the local PostgreSQL');
-      return { url, poolMax: 10, embedded: false, stop: async () => undefined };
+      return { url, poolMax: POOL_SIZE, embedded: false, stop: async () => undefined };
     } catch (error) {
       logger.warn({ err: error }, 'local PostgreSQL answered but could not be used; falling back to embedded PGlite');
     } finally {

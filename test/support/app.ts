@@ -42,7 +42,7 @@ export async function startTestApp(
     ? { url: options.databaseUrl, drop: async () => undefined }
     : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: 10 } });
+  const orm = await openDatabase(database.url);
   const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
   return {
     app,
