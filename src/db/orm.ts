@@ -3,6 +3,7 @@ import { Migrator } from '@mikro-orm/migrations';
 import { ENTITIES } from './entities';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
+import { Migration20261124100000ServiceRole } from './migrations/Migration20261124100000ServiceRole';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -11,6 +12,7 @@ export { LockMode, MikroORM };
 const MIGRATIONS = [
   { name: 'Migration20261121000000Initial', class: Migration20261121000000Initial },
   { name: 'Migration20261121000001PrincipalNotices', class: Migration20261121000001PrincipalNotices },
+  { name: 'Migration20261124100000ServiceRole', class: Migration20261124100000ServiceRole },
 ];
 
 /**
@@ -56,4 +58,17 @@ export async function openDatabase(clientUrl: string, extra: Partial<Options> = 
 export async function migrate(orm: MikroORM): Promise<string[]> {
   const applied = await orm.migrator.up();
   return applied.map((m) => m.name);
+}
+
+/**
+ * Applies pending migrations over a connection of their own to `url`, which logs in as the
+ * owner role (DATABASE_MIGRATION_URL): the service's pool never has the owner's rights.
+ */
+export async function migrateAs(url: string): Promise<string[]> {
+  const orm = await openDatabase(url, { pool: { min: 0, max: 1 } });
+  try {
+    return await migrate(orm);
+  } finally {
+    await orm.close();
+  }
 }
