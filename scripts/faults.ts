@@ -18,7 +18,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
-import { openDatabase, migrate } from '../src/db';
+import { OWNER_ROLE, SERVICE_ROLE, ensureServiceRoles, migrateAs, openDatabase } from '../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../src/auth';
 import { INTERRUPTED_ATTEMPT } from '../src/delivery';
 import { makeTestTls } from '../test/support/tls';
@@ -101,7 +101,9 @@ async function freePort(): Promise<number> {
 }
 
 let cluster: OwnCluster | null = null;
+/** The checks read as the superuser; the services connect as the service role. */
 let databaseUrl = '';
+let serviceUrls: Record<string, string> = {};
 
 async function sql<T = Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> {
   const client = new Client({ connectionString: databaseUrl });
@@ -147,7 +149,7 @@ async function startService(env: Record<string, string>): Promise<Service> {
   // One process, not tsx's launcher and a child: a signal reaches the service itself.
   const child = spawn(process.execPath, ['--import', 'tsx', ...serviceNodeFlags(ROOT), 'src/server/main.ts'], {
     cwd: ROOT,
-    env: { ...process.env, NODE_ENV: 'test', PORT: '0', LOG_LEVEL: 'info', DATABASE_URL: databaseUrl, ...env },
+    env: { ...process.env, NODE_ENV: 'test', PORT: '0', LOG_LEVEL: 'info', ...serviceUrls, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
@@ -333,14 +335,19 @@ async function newTenant(): Promise<{ org: { id: string }; key: string }> {
 async function main(): Promise<void> {
   cluster = await OwnCluster.create();
   console.log(`PostgreSQL cluster of this run on 127.0.0.1:${cluster.port}`);
-  await new Client({ connectionString: cluster.adminUrl }).connect().then(async (client) => {
-    await client.query('create database publishing_faults');
-    await client.end();
-  });
-  databaseUrl = `postgres://postgres@127.0.0.1:${cluster.port}/publishing_faults`;
-  const orm = await openDatabase(databaseUrl, { pool: { min: 0, max: 2 } });
-  await migrate(orm);
-  await orm.close();
+  // As in production: migrations as the owner role, the service as the service role.
+  const admin = new Client({ connectionString: cluster.adminUrl });
+  await admin.connect();
+  try {
+    await ensureServiceRoles(admin, { login: true });
+    await admin.query(`create database publishing_faults owner ${OWNER_ROLE}`);
+  } finally {
+    await admin.end();
+  }
+  const asRole = (role: string) => `postgres://${role}@127.0.0.1:${cluster!.port}/publishing_faults`;
+  await migrateAs(asRole(OWNER_ROLE));
+  serviceUrls = { DATABASE_URL: asRole(SERVICE_ROLE), DATABASE_MIGRATION_URL: asRole(OWNER_ROLE) };
+  databaseUrl = asRole('postgres');
   const tls = await makeTestTls();
   const env = {
     DELIVERY_ALLOW_CIDRS: '127.0.0.0/8',

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config';
 import { createLogger } from '../config/logger';
-import { openDatabase, migrate, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
+import { openDatabase, migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager, type MikroORM } from '../db';
 import { SecretBox, rotateSigningSecrets } from '../webhooks';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 
@@ -130,9 +130,10 @@ async function main(argv: string[]): Promise<number> {
   const config = loadConfig();
   const logger = createLogger(values.json ? 'warn' : config.logLevel);
   const database = await resolveDatabaseUrl(config.databaseUrl, logger);
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  let orm: MikroORM | undefined;
   try {
-    await migrate(orm);
+    await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
+    orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
     const result = await run(command, values, orm.em.fork());
     if (values.json) process.stdout.write(`${JSON.stringify(result)}\n`);
     else for (const [name, value] of Object.entries(result)) process.stdout.write(`${name}: ${String(value)}\n`);
@@ -145,7 +146,7 @@ async function main(argv: string[]): Promise<number> {
     }
     throw error;
   } finally {
-    await orm.close();
+    await orm?.close();
     await database.stop();
   }
 }

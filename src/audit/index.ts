@@ -1,2 +1,2 @@
 export { appendAuditEvent, queryAuditEvents, type AuditEntry, type AuditEventRow, type AuditQuery } from './trail';
-export { createAuditInterceptor, noteAuditTarget } from './interceptor';
+export { auditedTransaction, createAuditInterceptor, noteAuditTarget } from './interceptor';

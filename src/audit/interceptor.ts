@@ -1,33 +1,61 @@
 import { ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
 import { accessOf } from '../auth/access';
 import { entityManagerKey } from '../db/context';
+import type { EntityManager } from '../db/orm';
 import { principalKey } from '../auth/principal';
 import { requestIdKey } from '../context';
 import { errorInfoOf, ERRORS } from '../errors';
 import type { Logger } from '../config/logger';
-import { appendAuditEvent, type AuditOutcome } from './trail';
+import { appendAuditEvent, type AuditEntry, type AuditOutcome } from './trail';
 
-/** What a service adds to the audit event of the current call. */
-export interface AuditNote {
+/** The audited action of the current call: who, what, and what the service adds to it. */
+interface AuditedCall {
   targetId: string | null;
   details: Record<string, unknown>;
+  /** True once the success event is committed with its change. */
+  recorded: boolean;
+  entry(outcome: AuditOutcome, reason: string | null): AuditEntry;
 }
 
-const auditNoteKey = createContextKey<AuditNote | null>(null, { description: 'audit note' });
+const auditedCallKey = createContextKey<AuditedCall | null>(null, { description: 'audited call' });
 
 /** Names the target (and optional details) of the audited action of this call. */
 export function noteAuditTarget(ctx: Pick<HandlerContext, 'values'>, targetId: string, details: Record<string, unknown> = {}): void {
-  const note = ctx.values.get(auditNoteKey);
-  if (note) {
-    note.targetId = targetId;
-    Object.assign(note.details, details);
+  const call = ctx.values.get(auditedCallKey);
+  if (call) {
+    call.targetId = targetId;
+    Object.assign(call.details, details);
   }
 }
 
 /**
- * Audits every call of an RPC whose access rule names an audit action. The handler runs
- * in a transaction with the success event, so an action is never stored without its
- * event; a refusal rolls the action back and is recorded on its own.
+ * Runs `change` in one transaction and appends the call's success event in the same
+ * transaction, so a change is never stored without its event, nor an event without its
+ * change. Nothing that waits on the network belongs in `change`: it holds a pool
+ * connection from its first statement to its commit.
+ */
+export async function auditedTransaction<T>(
+  ctx: Pick<HandlerContext, 'values'>,
+  em: EntityManager,
+  change: (tx: EntityManager) => Promise<T>,
+): Promise<T> {
+  const call = ctx.values.get(auditedCallKey);
+  if (!call) throw new Error('auditedTransaction outside an audited call');
+  const result = await em.transactional(async (tx) => {
+    const changed = await change(tx);
+    await tx.flush();
+    await appendAuditEvent(tx, call.entry('succeeded', null));
+    return changed;
+  });
+  call.recorded = true;
+  return result;
+}
+
+/**
+ * Audits the refusals and failures of every RPC whose access rule names an audit action,
+ * with a write of its own after the call: a refused change was rolled back, so there is
+ * no transaction to join. Successes are recorded by the service, inside the transaction
+ * of their change (auditedTransaction).
  */
 export function createAuditInterceptor(logger: Logger): Interceptor {
   return (next) => async (req) => {
@@ -36,39 +64,40 @@ export function createAuditInterceptor(logger: Logger): Interceptor {
     const em = req.contextValues.get(entityManagerKey);
     if (!action || principal?.kind !== 'customer' || !em) return next(req);
 
-    const note: AuditNote = { targetId: null, details: {} };
-    req.contextValues.set(auditNoteKey, note);
-    const entry = (outcome: AuditOutcome, reason: string | null) => ({
-      organizationId: principal.organizationId,
-      actorUserId: principal.userId,
-      apiKeyId: principal.apiKeyId,
-      action,
-      targetId: note.targetId,
-      outcome,
-      reason,
-      requestId: req.contextValues.get(requestIdKey) || null,
-      details: note.details,
-    });
+    const call: AuditedCall = {
+      targetId: null,
+      details: {},
+      recorded: false,
+      entry(outcome, reason) {
+        return {
+          organizationId: principal.organizationId,
+          actorUserId: principal.userId,
+          apiKeyId: principal.apiKeyId,
+          action,
+          targetId: call.targetId,
+          outcome,
+          reason,
+          requestId: req.contextValues.get(requestIdKey) || null,
+          details: call.details,
+        };
+      },
+    };
+    req.contextValues.set(auditedCallKey, call);
 
     try {
-      return await em.transactional(async (tx) => {
-        req.contextValues.set(entityManagerKey, tx);
-        const res = await next(req);
-        await tx.flush();
-        await appendAuditEvent(tx, entry('succeeded', null));
-        return res;
-      });
+      const res = await next(req);
+      // An audited method that succeeds without auditedTransaction is a defect the trail would not show.
+      if (!call.recorded) logger.error({ action }, 'audited action succeeded without recording its audit event');
+      return res;
     } catch (error) {
       const info = error instanceof ConnectError ? errorInfoOf(error) : null;
       const refused = info !== null && ERRORS[info.code][1] < 500;
       try {
-        await appendAuditEvent(em.fork(), entry(refused ? 'refused' : 'failed', info?.code ?? 'INTERNAL'));
+        await appendAuditEvent(em.fork(), call.entry(refused ? 'refused' : 'failed', info?.code ?? 'INTERNAL'));
       } catch (auditError) {
         logger.error({ err: auditError, action }, 'could not append audit event');
       }
       throw error;
-    } finally {
-      req.contextValues.set(entityManagerKey, em);
     }
   };
 }

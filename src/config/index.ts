@@ -16,6 +16,11 @@ export interface Config {
   publicUrl: string | null;
   /** Empty in development means: local PostgreSQL if it answers, else embedded PGlite. */
   databaseUrl: string;
+  /**
+   * Where migrations run, logged in as the owner role; empty: where DATABASE_URL (or the
+   * development default) says. The service itself never needs it.
+   */
+  databaseMigrationUrl: string;
   logLevel: string;
   /** Request bodies above this many bytes get 413 PAYLOAD_TOO_LARGE. */
   maxBodyBytes: number;
@@ -108,6 +113,14 @@ export function loadConfig(env: Env = process.env): Config {
 
   const databaseUrl = env.DATABASE_URL ?? '';
   if (production && !databaseUrl) problems.push('DATABASE_URL must be set in production');
+  const databaseMigrationUrl = env.DATABASE_MIGRATION_URL ?? '';
+  for (const [name, url] of [['DATABASE_URL', databaseUrl], ['DATABASE_MIGRATION_URL', databaseMigrationUrl]]) {
+    if (url && !/^postgres(ql)?:\/\//.test(url)) problems.push(`${name} must be a postgres:// URL`);
+  }
+  // The point of two URLs is two roles: the service's must not be the one that owns the schema.
+  if (production && databaseMigrationUrl && databaseUrl && loginOf(databaseMigrationUrl) === loginOf(databaseUrl)) {
+    problems.push('DATABASE_MIGRATION_URL must log in as the owner role and DATABASE_URL as the service role, not both as one');
+  }
 
   const stateSigningKey = Buffer.from(secret('STATE_SIGNING_KEY', DEV_STATE_KEY), 'utf8');
   const operatorToken = secret('OPERATOR_TOKEN', DEV_OPERATOR_TOKEN);
@@ -177,6 +190,7 @@ export function loadConfig(env: Env = process.env): Config {
     host,
     publicUrl: publicUrl?.replace(/\/+$/, '') ?? null,
     databaseUrl,
+    databaseMigrationUrl,
     logLevel: env.LOG_LEVEL || (nodeEnv === 'test' ? 'silent' : 'info'),
     maxBodyBytes: int('MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     stateSigningKey,
@@ -204,4 +218,9 @@ export function loadConfig(env: Env = process.env): Config {
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** The role a PostgreSQL URL logs in as (libpq's default, the OS user, counts as empty). */
+function loginOf(url: string): string {
+  return URL.canParse(url) ? decodeURIComponent(new URL(url).username) : '';
 }

@@ -38,6 +38,12 @@ export interface IdentityRequest {
   userId: string;
   /** The provider's reference of the connected account, handed back on the callback. */
   connectedAccountId: string;
+  /**
+   * The signed state of the attempt being completed. The account must be the one consented
+   * to in this attempt: the sandbox checks it against the state; Composio binds accounts to
+   * the user instead, and checks that ownership.
+   */
+  state: string;
 }
 
 export interface ConnectionProvider {

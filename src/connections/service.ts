@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { create } from '@bufbuild/protobuf';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
@@ -13,7 +14,7 @@ import {
   type StartConnectionRequest,
 } from '../gen/publishing/v1/connection_service_pb';
 import { canConfirmChangedAccount, requireCustomer, type CustomerPrincipal } from '../auth';
-import { noteAuditTarget } from '../audit';
+import { auditedTransaction, noteAuditTarget } from '../audit';
 import {
   ConnectionAttemptSchema,
   DestinationSchema,
@@ -22,16 +23,17 @@ import {
   entityManagerOf,
   isUniqueViolation,
   isUuid,
+  LockMode,
   pageOf,
   pageSizeOf,
   type Destination,
   type EntityManager,
 } from '../db';
 import { apiError, type ErrorCode } from '../errors';
-import { holdScheduledPosts } from '../posts';
 import { PUBLISH_REGISTRY, connectableToolkits, toolkitOf } from './registry';
 import { STATE_TTL_MS, type StateSigner } from './state';
 import { ProviderError, type AccountIdentity, type ConnectionProvider, type ProviderFailure } from './provider';
+import { disconnectDestination, reconnectDestination, verifyDestination } from './transitions';
 
 export interface ConnectionServiceDeps {
   provider: ConnectionProvider;
@@ -100,25 +102,30 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
       destinationId = destination.id;
     }
     const expiresAt = new Date(this.deps.now() + STATE_TTL_MS);
-    const attempt = em.create(ConnectionAttemptSchema, {
-      organizationId: principal.organizationId,
-      userId: principal.userId,
-      toolkit: toolkit.slug,
-      destinationId,
-      expiresAt,
-    });
-    await em.flush();
-    noteAuditTarget(ctx, attempt.id, { toolkit: toolkit.slug, reconnect: destinationId });
+    const attemptId = randomUUID();
+    noteAuditTarget(ctx, attemptId, { toolkit: toolkit.slug, reconnect: destinationId });
     const state = this.deps.signer.sign({
-      attemptId: attempt.id,
+      attemptId,
       organizationId: principal.organizationId,
       userId: principal.userId,
       toolkit: toolkit.slug,
       expiresAt: expiresAt.getTime(),
     });
+    // The provider first, outside any transaction: a slow one holds no pool connection, and
+    // a failed link leaves no attempt behind. Its state names an attempt stored only after.
     const link = await this.callProvider(() =>
       this.deps.provider.createLink({ toolkit: toolkit.slug, userId: providerUserId(principal), callbackUrl: this.deps.callbackUrl(), state }),
     );
+    await auditedTransaction(ctx, em, async (tx) => {
+      tx.create(ConnectionAttemptSchema, {
+        id: attemptId,
+        organizationId: principal.organizationId,
+        userId: principal.userId,
+        toolkit: toolkit.slug,
+        destinationId,
+        expiresAt,
+      });
+    });
     return { redirectUrl: link.redirectUrl, state, expiresAt: timestampFromDate(expiresAt) };
   }
 
@@ -134,66 +141,68 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
       throw apiError('CONNECTED_ACCOUNT_REQUIRED', 'connectedAccountId is required: the provider hands it back on the callback.');
     }
 
-    // Claiming the attempt makes the state single-use; a refusal below rolls the claim back.
-    const claimed = await em.nativeUpdate(
-      ConnectionAttemptSchema,
-      { id: attemptId, organizationId: principal.organizationId, userId: principal.userId, completedAt: null },
-      { completedAt: new Date(now) },
-    );
-    if (claimed === 0) throw apiError('STATE_ALREADY_USED', 'This connection attempt was already completed; start a new one.');
-    const attempt = await em.findOneOrFail(ConnectionAttemptSchema, { id: attemptId, organizationId: principal.organizationId });
+    const attempt = await em.findOne(ConnectionAttemptSchema, { id: attemptId, organizationId: principal.organizationId, userId: principal.userId });
+    if (!attempt || attempt.completedAt) throw stateAlreadyUsed();
 
+    // The provider before the claim and outside any transaction: a slow provider holds no
+    // pool connection, and a failing one leaves the attempt unclaimed, to be completed again.
     const identity = await this.callProvider(() =>
-      this.deps.provider.readIdentity({ toolkit, userId: providerUserId(principal), connectedAccountId: req.connectedAccountId }),
+      this.deps.provider.readIdentity({ toolkit, userId: providerUserId(principal), connectedAccountId: req.connectedAccountId, state: req.state }),
     );
-    await this.refuseIfRegisteredElsewhere(em, principal, toolkit, identity, attempt.destinationId ?? null);
-
-    let destination: Destination;
-    let heldPosts = 0;
-    if (attempt.destinationId) {
-      destination = await this.destination(em, principal, attempt.destinationId);
-      const changed = destination.accountId !== identity.accountId;
-      const wasDisconnected = destination.status === 'disconnected';
-      assignIdentity(destination, identity, req.connectedAccountId);
-      if (wasDisconnected) {
-        // A reconnect ends the disable either way; the reason stays in the audit trail.
-        destination.disconnectedAt = null;
-        destination.disableReason = null;
-      }
-      if (changed) {
-        // A different account behind the same destination must be re-reviewed before anything is published.
-        destination.status = 'held';
-        destination.verifiedAt = null;
-        heldPosts = await holdScheduledPosts(em, destination.id, 'account_changed', new Date(now));
-      } else if (wasDisconnected) {
-        destination.status = 'connected';
-      }
-    } else {
-      destination = em.create(DestinationSchema, {
-        organizationId: principal.organizationId,
-        toolkit,
-        status: 'connected',
-        connectedAccountRef: req.connectedAccountId,
-        accountId: identity.accountId,
-        accountKind: identity.kind,
-        displayName: identity.displayName,
-        handle: identity.handle,
-        avatarUrl: identity.avatarUrl,
-        confirmedAccountId: null,
-      });
-    }
+    const at = new Date(now);
     try {
-      await em.flush();
+      const { destination, heldPosts } = await auditedTransaction(ctx, em, async (tx) => {
+        // The claim makes the state single-use: of completions racing past the read above, one claims it.
+        const claimed = await tx.nativeUpdate(
+          ConnectionAttemptSchema,
+          { id: attemptId, organizationId: principal.organizationId, userId: principal.userId, completedAt: null },
+          { completedAt: at },
+        );
+        if (claimed === 0) throw stateAlreadyUsed();
+        await this.refuseIfRegisteredElsewhere(tx, principal, toolkit, identity, attempt.destinationId ?? null);
+        const completed = attempt.destinationId
+          ? await this.reconnect(tx, principal, attempt.destinationId, identity, req.connectedAccountId, at)
+          : { destination: this.newDestination(tx, principal, toolkit, identity, req.connectedAccountId), heldPosts: 0 };
+        noteAuditTarget(ctx, completed.destination.id, { attemptId, accountId: identity.accountId, heldPosts: completed.heldPosts });
+        return completed;
+      });
+      return { connection: toMessage(destination), heldPosts };
     } catch (error) {
       if (isUniqueViolation(error, 'destinations_account_unique')) {
-        // A concurrent completion won the race; this transaction is aborted, so a fresh fork reads whose it is.
+        // A concurrent completion won the race; the transaction rolled back, so a fresh read says whose it is.
         await this.refuseIfRegisteredElsewhere(em.fork(), principal, toolkit, identity, attempt.destinationId ?? null);
         throw apiError('ACCOUNT_REGISTERED_ELSEWHERE', 'This account is already connected.', { cause: error });
       }
       throw error;
     }
-    noteAuditTarget(ctx, destination.id, { attemptId, accountId: identity.accountId, heldPosts });
-    return { connection: toMessage(destination), heldPosts };
+  }
+
+  private async reconnect(
+    tx: EntityManager,
+    principal: CustomerPrincipal,
+    destinationId: string,
+    identity: AccountIdentity,
+    connectedAccountRef: string,
+    at: Date,
+  ): Promise<{ destination: Destination; heldPosts: number }> {
+    const destination = await this.destination(tx, principal, destinationId, LockMode.PESSIMISTIC_WRITE);
+    const heldPosts = await reconnectDestination(tx, destination, identity, connectedAccountRef, at);
+    return { destination, heldPosts };
+  }
+
+  private newDestination(tx: EntityManager, principal: CustomerPrincipal, toolkit: string, identity: AccountIdentity, connectedAccountRef: string): Destination {
+    return tx.create(DestinationSchema, {
+      organizationId: principal.organizationId,
+      toolkit,
+      status: 'connected',
+      connectedAccountRef,
+      accountId: identity.accountId,
+      accountKind: identity.kind,
+      displayName: identity.displayName,
+      handle: identity.handle,
+      avatarUrl: identity.avatarUrl,
+      confirmedAccountId: null,
+    });
   }
 
   async confirmConnection(req: ConfirmConnectionRequest, ctx: HandlerContext) {
@@ -203,25 +212,24 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     if (req.confirmIdentity !== true) {
       throw apiError('CONFIRMATION_REQUIRED', 'Set confirmIdentity to true to confirm the connected account.');
     }
-    const destination = await this.destination(em, principal, req.id);
-    if (destination.status === 'disconnected') {
-      throw apiError('CONNECTION_DISCONNECTED', 'This connection is disabled; reconnect it before confirming.');
-    }
-    // "Held" means a reconnect brought a different account, whether or not the first one
-    // was ever confirmed; either way a new identity needs an owner or admin.
-    const changed =
-      destination.status === 'held' ||
-      (destination.confirmedAccountId !== null && destination.confirmedAccountId !== destination.accountId);
-    if (changed && !canConfirmChangedAccount(principal.role)) {
-      throw apiError('OWNER_OR_ADMIN_REQUIRED', 'The account differs from the one confirmed before; an owner or admin must confirm it.', {
-        metadata: { previousAccountId: destination.confirmedAccountId ?? '', accountId: destination.accountId },
-      });
-    }
-    destination.status = 'verified';
-    destination.verifiedAt = new Date(this.deps.now());
-    destination.confirmedAccountId = destination.accountId;
-    await em.flush();
-    noteAuditTarget(ctx, destination.id, { accountId: destination.accountId, accountChanged: changed });
+    const destination = await auditedTransaction(ctx, em, async (tx) => {
+      // Locked until commit: a reconnect between this check and the write could otherwise be verified unseen.
+      const found = await this.destination(tx, principal, req.id, LockMode.PESSIMISTIC_WRITE);
+      if (found.status === 'disconnected') {
+        throw apiError('CONNECTION_DISCONNECTED', 'This connection is disabled; reconnect it before confirming.');
+      }
+      // "Held" means a reconnect brought a different account, whether or not the first one
+      // was ever confirmed; either way a new identity needs an owner or admin.
+      const changed = found.status === 'held' || (found.confirmedAccountId !== null && found.confirmedAccountId !== found.accountId);
+      if (changed && !canConfirmChangedAccount(principal.role)) {
+        throw apiError('OWNER_OR_ADMIN_REQUIRED', 'The account differs from the one confirmed before; an owner or admin must confirm it.', {
+          metadata: { previousAccountId: found.confirmedAccountId ?? '', accountId: found.accountId },
+        });
+      }
+      await verifyDestination(tx, found, new Date(this.deps.now()));
+      noteAuditTarget(ctx, found.id, { accountId: found.accountId, accountChanged: changed });
+      return found;
+    });
     return { connection: toMessage(destination) };
   }
 
@@ -234,24 +242,22 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     if ([...reason].length > MAX_REASON_LENGTH) {
       throw apiError('DISABLE_REASON_TOO_LONG', `The reason must be at most ${MAX_REASON_LENGTH} characters.`);
     }
-    const destination = await this.destination(em, principal, req.id);
-    let heldPosts = 0;
-    const alreadyDisabled = destination.status === 'disconnected';
-    if (!alreadyDisabled) {
-      const now = new Date(this.deps.now());
-      destination.status = 'disconnected';
-      destination.disconnectedAt = now;
-      destination.disableReason = reason;
-      heldPosts = await holdScheduledPosts(em, destination.id, 'connection_disabled', now);
-      await em.flush();
-    }
-    // A repeated disable changes nothing; the audit says so rather than recording a reason that was not stored.
-    noteAuditTarget(ctx, destination.id, alreadyDisabled ? { alreadyDisabled, reason: destination.disableReason } : { reason, heldPosts });
+    const { destination, heldPosts } = await auditedTransaction(ctx, em, async (tx) => {
+      const found = await this.destination(tx, principal, req.id, LockMode.PESSIMISTIC_WRITE);
+      if (found.status === 'disconnected') {
+        // A repeated disable changes nothing; the audit says so rather than recording a reason that was not stored.
+        noteAuditTarget(ctx, found.id, { alreadyDisabled: true, reason: found.disableReason });
+        return { destination: found, heldPosts: 0 };
+      }
+      const held = await disconnectDestination(tx, found, reason, new Date(this.deps.now()));
+      noteAuditTarget(ctx, found.id, { reason, heldPosts: held });
+      return { destination: found, heldPosts: held };
+    });
     return { connection: toMessage(destination), heldPosts };
   }
 
-  private async destination(em: EntityManager, principal: CustomerPrincipal, id: string): Promise<Destination> {
-    const destination = isUuid(id) ? await em.findOne(DestinationSchema, { id, organizationId: principal.organizationId }) : null;
+  private async destination(em: EntityManager, principal: CustomerPrincipal, id: string, lockMode?: LockMode): Promise<Destination> {
+    const destination = isUuid(id) ? await em.findOne(DestinationSchema, { id, organizationId: principal.organizationId }, { lockMode }) : null;
     if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${id.slice(0, 64)} in this organization.`);
     return destination;
   }
@@ -284,21 +290,16 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
   }
 }
 
+function stateAlreadyUsed() {
+  return apiError('STATE_ALREADY_USED', 'This connection attempt was already completed; start a new one.');
+}
+
 const STATE_MESSAGES: Record<'STATE_INVALID' | 'STATE_EXPIRED' | 'STATE_ORGANIZATION_MISMATCH' | 'STATE_USER_MISMATCH', string> = {
   STATE_INVALID: 'The connection state is not valid: it is malformed or was not signed by this service.',
   STATE_EXPIRED: 'The connection attempt is older than 15 minutes; start it again.',
   STATE_ORGANIZATION_MISMATCH: 'The connection attempt was started in another organization.',
   STATE_USER_MISMATCH: 'The connection attempt must be completed by the person who started it.',
 };
-
-function assignIdentity(destination: Destination, identity: AccountIdentity, ref: string): void {
-  destination.connectedAccountRef = ref;
-  destination.accountId = identity.accountId;
-  destination.accountKind = identity.kind;
-  destination.displayName = identity.displayName;
-  destination.handle = identity.handle;
-  destination.avatarUrl = identity.avatarUrl;
-}
 
 function toMessage(d: Destination): Connection {
   return create(ConnectionSchema, {

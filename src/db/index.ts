@@ -1,4 +1,5 @@
-export { openDatabase, migrate, MikroORM, type EntityManager } from './orm';
+export { openDatabase, migrate, migrateAs, MikroORM, LockMode, type EntityManager } from './orm';
+export { OWNER_ROLE, SERVICE_ROLE, ensureRole, ensureServiceRoles, serviceRoleProblems } from './roles';
 export { entityManagerKey, entityManagerOf } from './context';
 export * from './entities';
 export { isUniqueViolation, isDatabaseUnavailable } from './errors';

@@ -1,19 +1,20 @@
 import { loadConfig } from '../config';
 import { createLogger } from '../config/logger';
-import { openDatabase, migrate } from './orm';
+import { migrateAs } from './orm';
 import { resolveDatabaseUrl } from './resolve';
 
 /** `npm run migrate`: applies pending migrations to the configured database. */
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger(config.logLevel);
+  if (config.env === 'production' && !config.databaseMigrationUrl) {
+    throw new Error('DATABASE_MIGRATION_URL must be set in production: migrations run as the owner role (README, "Database roles")');
+  }
   const database = await resolveDatabaseUrl(config.databaseUrl, logger);
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: 1 } });
   try {
-    const applied = await migrate(orm);
+    const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
     logger.info({ applied }, applied.length > 0 ? 'migrations applied' : 'database is up to date');
   } finally {
-    await orm.close();
     await database.stop();
   }
 }

@@ -1,19 +1,30 @@
-import { MikroORM, type EntityManager, type Options } from '@mikro-orm/postgresql';
+import { LockMode, MikroORM, type EntityManager, type Options } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
 import { ENTITIES } from './entities';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
 import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Migration20261124000000DeliveryAttemptDispatch';
+import { Migration20261124100000ServiceRole } from './migrations/Migration20261124100000ServiceRole';
 
 export type { EntityManager };
-export { MikroORM };
+export { LockMode, MikroORM };
 
 /** Migrations in order. Listed explicitly so the same list runs under tsx, jest and a bundle. */
 const MIGRATIONS = [
   { name: 'Migration20261121000000Initial', class: Migration20261121000000Initial },
   { name: 'Migration20261121000001PrincipalNotices', class: Migration20261121000001PrincipalNotices },
   { name: 'Migration20261124000000DeliveryAttemptDispatch', class: Migration20261124000000DeliveryAttemptDispatch },
+  { name: 'Migration20261124100000ServiceRole', class: Migration20261124100000ServiceRole },
 ];
+
+/**
+ * Pool connections per process. A connection is held only while statements run: nothing
+ * that waits on the network (the managed-OAuth provider, webhook receivers, Temporal) runs
+ * inside a transaction, so the embedded engine's 16 concurrent deliveries and the API's
+ * calls share 10 without queueing behind one another. Each instance also opens 2 for the
+ * rate limiter and 1 to listen for principal notices: 13 per instance in all.
+ */
+export const POOL_SIZE = 10;
 
 export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Options {
   return {
@@ -23,8 +34,7 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
     // Timestamps are instants; the pool's sessions speak UTC so nothing depends on the host's zone.
     timezone: 'Z',
     forceUtcTimezone: true,
-    // The embedded engine works on 16 deliveries at once next to the API's calls.
-    pool: { min: 0, max: 20 },
+    pool: { min: 0, max: POOL_SIZE },
     // Without a bound, a call waits for a connection as long as the kernel keeps trying to
     // reach an unreachable server (minutes); past it the call is answered UNAVAILABLE.
     driverOptions: { connectionTimeoutMillis: 5_000 },
@@ -53,4 +63,17 @@ export async function openDatabase(clientUrl: string, extra: Partial<Options> = 
 export async function migrate(orm: MikroORM): Promise<string[]> {
   const applied = await orm.migrator.up();
   return applied.map((m) => m.name);
+}
+
+/**
+ * Applies pending migrations over a connection of their own to `url`, which logs in as the
+ * owner role (DATABASE_MIGRATION_URL): the service's pool never has the owner's rights.
+ */
+export async function migrateAs(url: string): Promise<string[]> {
+  const orm = await openDatabase(url, { pool: { min: 0, max: 1 } });
+  try {
+    return await migrate(orm);
+  } finally {
+    await orm.close();
+  }
 }

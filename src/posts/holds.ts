@@ -3,7 +3,10 @@ import type { EntityManager } from '../db/orm';
 /** Why a post is held; shown to clients as `holdReason`. */
 export type HoldReason = 'connection_disabled' | 'account_changed';
 
-/** Holds every scheduled post of a destination; posts and their history stay. Returns how many. */
+/**
+ * Holds every scheduled post of a destination; posts and their history stay. Runs in the
+ * transaction of the destination change that holds them. Returns how many.
+ */
 export async function holdScheduledPosts(em: EntityManager, destinationId: string, reason: HoldReason, now: Date): Promise<number> {
   const result = await em.execute<{ affectedRows: number }>(
     `update posts set status = 'held', hold_reason = ?, held_at = ?, updated_at = ?
@@ -14,7 +17,7 @@ export async function holdScheduledPosts(em: EntityManager, destinationId: strin
   return result.affectedRows;
 }
 
-/** Returns a destination's held posts to scheduled. */
+/** Returns a destination's held posts to scheduled, in the transaction of the audited release. */
 export async function releaseHeldPosts(em: EntityManager, destinationId: string, now: Date): Promise<number> {
   const result = await em.execute<{ affectedRows: number }>(
     `update posts set status = 'scheduled', hold_reason = null, held_at = null, updated_at = ?

@@ -10,8 +10,8 @@ import {
   type SchedulePostRequest,
 } from '../gen/publishing/v1/post_service_pb';
 import { requireCustomer } from '../auth';
-import { noteAuditTarget } from '../audit';
-import { DestinationSchema, PostSchema, LAST_INSTANT_MS, afterCursor, decodeCursor, entityManagerOf, isUuid, pageOf, pageSizeOf, type Post } from '../db';
+import { auditedTransaction, noteAuditTarget } from '../audit';
+import { DestinationSchema, PostSchema, LAST_INSTANT_MS, LockMode, afterCursor, decodeCursor, entityManagerOf, isUuid, pageOf, pageSizeOf, type Post } from '../db';
 import { apiError } from '../errors';
 import { releaseHeldPosts } from './holds';
 
@@ -84,17 +84,21 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
     const principal = requireCustomer(ctx);
     const em = entityManagerOf(ctx);
     noteAuditTarget(ctx, req.connectionId);
-    const destination = isUuid(req.connectionId)
-      ? await em.findOne(DestinationSchema, { id: req.connectionId, organizationId: principal.organizationId })
-      : null;
-    if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${req.connectionId.slice(0, 64)} in this organization.`);
-    if (destination.status !== 'verified') {
-      throw apiError('DESTINATION_NOT_VERIFIED_FOR_RELEASE', 'Held posts are released only to a verified connection; confirm it first.', {
-        metadata: { status: destination.status },
-      });
-    }
-    const releasedPosts = await releaseHeldPosts(em, destination.id, new Date(this.now()));
-    noteAuditTarget(ctx, destination.id, { releasedPosts });
+    const releasedPosts = await auditedTransaction(ctx, em, async (tx) => {
+      // Locked until commit: a disable or reconnect in between must not see its holds undone.
+      const destination = isUuid(req.connectionId)
+        ? await tx.findOne(DestinationSchema, { id: req.connectionId, organizationId: principal.organizationId }, { lockMode: LockMode.PESSIMISTIC_WRITE })
+        : null;
+      if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${req.connectionId.slice(0, 64)} in this organization.`);
+      if (destination.status !== 'verified') {
+        throw apiError('DESTINATION_NOT_VERIFIED_FOR_RELEASE', 'Held posts are released only to a verified connection; confirm it first.', {
+          metadata: { status: destination.status },
+        });
+      }
+      const released = await releaseHeldPosts(tx, destination.id, new Date(this.now()));
+      noteAuditTarget(ctx, destination.id, { releasedPosts: released });
+      return released;
+    });
     return { releasedPosts };
   }
 }

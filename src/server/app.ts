@@ -148,7 +148,7 @@ export async function start(options: BuildOptions): Promise<App> {
   const now = options.now ?? Date.now;
   // Filled in once the listener is bound when PUBLIC_URL is unset (port 0 picks the port then).
   let publicUrl = config.publicUrl ?? `http://localhost:${config.port}`;
-  const sandbox = config.provider.kind === 'sandbox' ? new SandboxProvider(() => publicUrl) : null;
+  const sandbox = config.provider.kind === 'sandbox' ? new SandboxProvider(() => publicUrl, config.stateSigningKey) : null;
   const provider =
     config.provider.kind === 'composio'
       ? new ComposioProvider({ baseUrl: config.provider.baseUrl, apiKey: config.provider.apiKey, authConfigIds: config.provider.authConfigIds })

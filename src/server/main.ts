@@ -1,6 +1,6 @@
 import { loadConfig, ConfigError } from '../config';
 import { createLogger } from '../config/logger';
-import { openDatabase, migrate, resolveDatabaseUrl } from '../db';
+import { openDatabase, migrateAs, resolveDatabaseUrl, serviceRoleProblems } from '../db';
 import { start } from './app';
 
 /** Entry point: `npm start`. Migrations run at start except in production, where `npm run migrate` does. */
@@ -17,11 +17,19 @@ async function main(): Promise<void> {
   }
   const logger = createLogger(config.logLevel);
   const database = await resolveDatabaseUrl(config.databaseUrl, logger);
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
   if (config.env !== 'production') {
-    const applied = await migrate(orm);
+    const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
     if (applied.length > 0) logger.info({ applied }, 'migrations applied');
   }
+  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  // PGlite has one user; on PostgreSQL a role that could rewrite the audit trail is refused in production.
+  const roleProblems = database.embedded ? [] : await serviceRoleProblems(orm.em.fork());
+  if (roleProblems.length > 0 && config.env === 'production') {
+    process.stderr.write(`DATABASE_URL must log in as the service role (README, "Database roles"):\n  - ${roleProblems.join('\n  - ')}\n`);
+    await orm.close();
+    process.exit(2);
+  }
+  if (roleProblems.length > 0) logger.warn({ problems: roleProblems }, 'the database role can rewrite the audit trail; production refuses it');
   const app = await start({ config, orm, logger, cachePrincipals: !database.embedded });
 
   let stopping = false;

@@ -200,8 +200,8 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
 });
 
 describe('the audit trail', () => {
-  async function asDatabaseOwner<T>(fn: (db: Client) => Promise<T>): Promise<T> {
-    const db = new Client({ connectionString: t.databaseUrl });
+  async function connectedAs<T>(url: string, fn: (db: Client) => Promise<T>): Promise<T> {
+    const db = new Client({ connectionString: url });
     await db.connect();
     try {
       return await fn(db);
@@ -216,36 +216,37 @@ describe('the audit trail', () => {
     return owner;
   }
 
-  it('refuses an UPDATE in the database itself', async () => {
+  const TAMPERING = [
+    ['an UPDATE', "update audit_events set outcome = 'failed', reason = 'TAMPERED'"],
+    ['a DELETE', 'delete from audit_events'],
+    ['a TRUNCATE', 'truncate audit_events'],
+  ] as const;
+
+  it.each(TAMPERING)("refuses %s from the service's own role by privilege", async (_label, sql) => {
     const owner = await withEvents();
     const before = await auditOf(owner.organizationId);
     expect(before.length).toBeGreaterThan(0);
-    await asDatabaseOwner(async (db) => {
-      await expect(db.query("update audit_events set outcome = 'failed', reason = 'TAMPERED' where organization_id = $1", [owner.organizationId])).rejects.toMatchObject({
-        code: '42501',
-        message: 'audit_events is append-only',
-      });
+    await connectedAs(t.databaseUrl, async (db) => {
+      await expect(db.query(sql)).rejects.toMatchObject({ code: '42501', message: 'permission denied for table audit_events' });
     });
     expect(await auditOf(owner.organizationId)).toEqual(before);
   });
 
-  it('refuses a DELETE in the database itself', async () => {
-    const owner = await withEvents();
-    const before = await auditOf(owner.organizationId);
-    await asDatabaseOwner(async (db) => {
-      await expect(db.query('delete from audit_events where organization_id = $1', [owner.organizationId])).rejects.toMatchObject({
+  it("refuses the service's own role the switch that skips triggers", async () => {
+    await connectedAs(t.databaseUrl, async (db) => {
+      await expect(db.query('set session_replication_role = replica')).rejects.toMatchObject({
         code: '42501',
-        message: 'audit_events is append-only',
+        message: 'permission denied to set parameter "session_replication_role"',
       });
+      await expect(db.query('alter table audit_events disable trigger audit_events_no_update_or_delete')).rejects.toMatchObject({ code: '42501' });
     });
-    expect(await auditOf(owner.organizationId)).toEqual(before);
   });
 
-  it('refuses a TRUNCATE in the database itself', async () => {
+  it.each(TAMPERING)('refuses %s from the owner role by trigger', async (_label, sql) => {
     const owner = await withEvents();
     const before = await auditOf(owner.organizationId);
-    await asDatabaseOwner(async (db) => {
-      await expect(db.query('truncate audit_events')).rejects.toMatchObject({ code: '42501', message: 'audit_events is append-only' });
+    await connectedAs(t.ownerDatabaseUrl!, async (db) => {
+      await expect(db.query(sql)).rejects.toMatchObject({ code: '42501', message: 'audit_events is append-only' });
     });
     expect(await auditOf(owner.organizationId)).toEqual(before);
   });

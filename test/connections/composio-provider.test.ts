@@ -7,6 +7,8 @@ import { ComposioProvider, type ComposioProviderOptions } from '../../src/connec
 
 const API_KEY = 'ak_test_5b1e0c9d7f2a';
 const USER = 'usr_01J9Z3ALICE';
+/** The attempt's state; Composio binds accounts to the user, so the adapter does not read it. */
+const STATE = 'v1.attempt-state';
 const OTHER_USER = 'usr_01J9Z3MALLORY';
 
 interface Recorded {
@@ -339,7 +341,7 @@ describe('ComposioProvider.readIdentity', () => {
     addAccount({ id: `ca_${toolkit}`, toolkit });
     fake.toolData.set(tool, TOOL_DATA[tool as keyof typeof TOOL_DATA]);
 
-    const found = await provider().readIdentity({ toolkit, userId: USER, connectedAccountId: `ca_${toolkit}` });
+    const found = await provider().readIdentity({ toolkit, userId: USER, connectedAccountId: `ca_${toolkit}`, state: STATE });
 
     expect(found).toEqual(expected);
     const execute = fake.requests.find((r) => r.path === `/api/v3/tools/execute/${tool}`);
@@ -356,7 +358,7 @@ describe('ComposioProvider.readIdentity', () => {
     addAccount({ id: 'ca_ig', toolkit: 'instagram' });
     fake.toolData.set('INSTAGRAM_GET_USER_INFO', TOOL_DATA.INSTAGRAM_GET_USER_INFO);
 
-    await provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' });
+    await provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE });
 
     expect(fake.requests.map((r) => `${r.method} ${r.path}`)).toEqual([
       'GET /api/v3/connected_accounts/ca_ig',
@@ -375,7 +377,7 @@ describe('ComposioProvider.readIdentity', () => {
       data: { ...TOOL_DATA.INSTAGRAM_GET_USER_INFO.data, account_type: 'MEDIA_CREATOR' },
     });
 
-    const found = await provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' });
+    const found = await provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE });
 
     expect(found.kind).toBe('creator');
   });
@@ -387,7 +389,7 @@ describe('ComposioProvider.readIdentity', () => {
     const found = await provider({
       profileTools: { youtube: 'YOUTUBE_GET_CHANNEL_STATISTICS' },
       toolkitVersions: { youtube: '20260429_00' },
-    }).readIdentity({ toolkit: 'youtube', userId: USER, connectedAccountId: 'ca_yt' });
+    }).readIdentity({ toolkit: 'youtube', userId: USER, connectedAccountId: 'ca_yt', state: STATE });
 
     expect(found.accountId).toBe('UC1234567890abcdefghij');
     const execute = fake.requests.find((r) => r.path === '/api/v3/tools/execute/YOUTUBE_GET_CHANNEL_STATISTICS');
@@ -397,7 +399,7 @@ describe('ComposioProvider.readIdentity', () => {
   it.each(['INITIATED', 'EXPIRED', 'FAILED', 'INACTIVE'])('refuses an account that is %s', async (status) => {
     addAccount({ id: 'ca_ig', toolkit: 'instagram', status });
 
-    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' });
+    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_INACTIVE');
     expect(fake.requests.some((r) => r.path.startsWith('/api/v3/tools/execute/'))).toBe(false);
@@ -406,7 +408,7 @@ describe('ComposioProvider.readIdentity', () => {
   it('refuses an account that has not finished consent', async () => {
     addAccount({ id: 'ca_pending_01', toolkit: 'linkedin', status: 'INITIATED' });
 
-    const attempt = provider().readIdentity({ toolkit: 'linkedin', userId: USER, connectedAccountId: 'ca_pending_01' });
+    const attempt = provider().readIdentity({ toolkit: 'linkedin', userId: USER, connectedAccountId: 'ca_pending_01', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_INACTIVE');
   });
@@ -414,7 +416,7 @@ describe('ComposioProvider.readIdentity', () => {
   it('refuses an active account that was disabled', async () => {
     addAccount({ id: 'ca_fb', toolkit: 'facebook', isDisabled: true });
 
-    const attempt = provider().readIdentity({ toolkit: 'facebook', userId: USER, connectedAccountId: 'ca_fb' });
+    const attempt = provider().readIdentity({ toolkit: 'facebook', userId: USER, connectedAccountId: 'ca_fb', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_INACTIVE');
   });
@@ -423,7 +425,7 @@ describe('ComposioProvider.readIdentity', () => {
     addAccount({ id: 'ca_ig', toolkit: 'instagram', userId: OTHER_USER });
     fake.toolData.set('INSTAGRAM_GET_USER_INFO', TOOL_DATA.INSTAGRAM_GET_USER_INFO);
 
-    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' });
+    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_MISMATCH');
     expect(fake.requests.some((r) => r.path.startsWith('/api/v3/tools/execute/'))).toBe(false);
@@ -432,7 +434,7 @@ describe('ComposioProvider.readIdentity', () => {
   it('does not reveal the status of another user’s account', async () => {
     addAccount({ id: 'ca_ig', toolkit: 'instagram', userId: OTHER_USER, status: 'EXPIRED' });
 
-    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' });
+    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_MISMATCH');
   });
@@ -440,7 +442,7 @@ describe('ComposioProvider.readIdentity', () => {
   it('refuses an account connected for another toolkit', async () => {
     addAccount({ id: 'ca_fb', toolkit: 'facebook' });
 
-    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_fb' });
+    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_fb', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_MISMATCH');
   });
@@ -452,19 +454,20 @@ describe('ComposioProvider.readIdentity', () => {
       toolkit: 'instagram',
       userId: `${USER},${OTHER_USER}`,
       connectedAccountId: 'ca_ig',
+      state: STATE,
     });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_MISMATCH');
   });
 
   it('reports an unknown connected account as not found', async () => {
-    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_missing' });
+    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_missing', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('CONNECTED_ACCOUNT_NOT_FOUND');
   });
 
   it('refuses a toolkit it has no profile reader for, without calling Composio', async () => {
-    const attempt = provider().readIdentity({ toolkit: 'tiktok', userId: USER, connectedAccountId: 'ca_tt' });
+    const attempt = provider().readIdentity({ toolkit: 'tiktok', userId: USER, connectedAccountId: 'ca_tt', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('PROVIDER_REJECTED');
     expect(fake.requests).toHaveLength(0);
@@ -480,7 +483,7 @@ describe('ComposioProvider.readIdentity', () => {
     });
 
     const error = (await provider()
-      .readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' })
+      .readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE })
       .catch((e: unknown) => e)) as ProviderError;
 
     expect(error).toBeInstanceOf(ProviderError);
@@ -493,7 +496,7 @@ describe('ComposioProvider.readIdentity', () => {
     addAccount({ id: 'ca_li', toolkit: 'linkedin' });
     fake.toolData.set('LINKEDIN_GET_MY_INFO', { response_dict: { name: 'Ada Baker' } });
 
-    const attempt = provider().readIdentity({ toolkit: 'linkedin', userId: USER, connectedAccountId: 'ca_li' });
+    const attempt = provider().readIdentity({ toolkit: 'linkedin', userId: USER, connectedAccountId: 'ca_li', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('PROVIDER_UNAVAILABLE');
   });
@@ -501,7 +504,7 @@ describe('ComposioProvider.readIdentity', () => {
   it('treats an account answer without a status as unavailable', async () => {
     fake.misbehave = (_request, res) => send(res, 200, { id: 'ca_ig', toolkit: { slug: 'instagram' } });
 
-    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' });
+    const attempt = provider().readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE });
 
     await expect(failureOf(attempt)).resolves.toBe('PROVIDER_UNAVAILABLE');
   });
@@ -509,7 +512,7 @@ describe('ComposioProvider.readIdentity', () => {
 
 describe('ComposioProvider when Composio fails', () => {
   const readInstagram = (options: Partial<ComposioProviderOptions> = {}) =>
-    provider(options).readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig' });
+    provider(options).readIdentity({ toolkit: 'instagram', userId: USER, connectedAccountId: 'ca_ig', state: STATE });
 
   it('reports a refused API key as rejected without repeating the key', async () => {
     const wrongKey = 'ak_live_wrong_0000';

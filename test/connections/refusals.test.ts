@@ -155,6 +155,27 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       expect((await api.complete(owner.apiKey, callback)).connection?.identity?.accountId).toBe('17841400000000001');
     });
 
+    it("refuses a sample account this attempt's consent never returned, and keeps the attempt usable", async () => {
+      const started = await api.start(owner.apiKey, { toolkit: 'instagram' });
+      const callback = await approveInSandbox(t, started.redirectUrl, 'bakery');
+      const [, toolkit, key] = callback.connectedAccountId.split('.');
+      expect([toolkit, key]).toEqual(['instagram', 'bakery']);
+      await expectRefusal(api.complete(owner.apiKey, { state: started.state, connectedAccountId: 'sbx.instagram.creator' }), 'PROVIDER_ACCOUNT_MISMATCH');
+      await expectRefusal(api.complete(owner.apiKey, { state: started.state, connectedAccountId: 'sbx.instagram.bakery' }), 'PROVIDER_ACCOUNT_MISMATCH');
+      const forged = callback.connectedAccountId.replace('.bakery.', '.creator.');
+      await expectRefusal(api.complete(owner.apiKey, { state: started.state, connectedAccountId: forged }), 'PROVIDER_ACCOUNT_MISMATCH');
+      await expectNoDestination(owner.organizationId);
+      expect((await api.complete(owner.apiKey, callback)).connection?.identity?.accountId).toBe('17841400000000001');
+    });
+
+    it('refuses an account approved in the consent of another attempt of the same person', async () => {
+      const other = await startedAndApproved();
+      const started = await api.start(owner.apiKey, { toolkit: 'instagram' });
+      await expectRefusal(api.complete(owner.apiKey, { state: started.state, connectedAccountId: other.connectedAccountId }), 'PROVIDER_ACCOUNT_MISMATCH');
+      await expectNoDestination(owner.organizationId);
+      expect((await api.complete(owner.apiKey, other)).connection?.identity?.accountId).toBe('17841400000000001');
+    });
+
     it('refuses a completion without the connected account reference', async () => {
       const callback = await startedAndApproved();
       await expectRefusal(api.complete(owner.apiKey, { state: callback.state }), 'CONNECTED_ACCOUNT_REQUIRED');

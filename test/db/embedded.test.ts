@@ -26,7 +26,7 @@ describe('the development database default', () => {
       expect(run.stderr).toBe('');
       const outcome = JSON.parse(run.stdout.trim().split('\n').at(-1) ?? '{}');
       expect(outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
-      expect(outcome.applied).toEqual(['Migration20261121000000Initial', 'Migration20261121000001PrincipalNotices']);
+      expect(outcome.applied).toEqual(['Migration20261121000000Initial', 'Migration20261121000001PrincipalNotices', 'Migration20261124100000ServiceRole']);
       expect(outcome.rows).toEqual([{ n: 0 }]);
     } finally {
       rmSync(dataDir, { recursive: true, force: true });

@@ -66,7 +66,7 @@ function shellCommands(block: string): string[] {
  * the test (as `npm run admin -- bootstrap` would), the others are read from earlier
  * answers exactly as the README says to.
  */
-const VARIABLES = ['KEY', 'STATE', 'ID'] as const;
+const VARIABLES = ['KEY', 'REDIRECT', 'STATE', 'ACCOUNT', 'ID'] as const;
 type Variable = (typeof VARIABLES)[number];
 
 const examples = fencedBlocks(section(README, 'Examples'), 'sh').flatMap(shellCommands);
@@ -112,13 +112,18 @@ describe('README "Examples"', () => {
         throw new Error(`not a JSON answer:\n${context}`);
       }
       expect({ context, type: typeof answer, code: answer?.code }).toEqual({ context, type: 'object', code: undefined });
-      // "state" from /connections/start, "connection.id" from /connections/complete.
+      // "redirectUrl" and "state" from /connections/start, "connectedAccountId" from the
+      // callback, "connection.id" from /connections/complete.
+      if (typeof answer.redirectUrl === 'string') env.REDIRECT = answer.redirectUrl;
       if (typeof answer.state === 'string') env.STATE = answer.state;
+      if (typeof answer.connectedAccountId === 'string') env.ACCOUNT = answer.connectedAccountId;
       if (typeof answer.connection?.id === 'string') env.ID = answer.connection.id;
     }
-    // The flow really happened: the account is connected and confirmed.
+    // The flow really happened: the account is connected, reconnected to another account and confirmed again.
     const list = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey });
-    expect(list.body.connections).toEqual([expect.objectContaining({ id: env.ID, toolkit: 'instagram', status: 'verified' })]);
+    expect(list.body.connections).toEqual([
+      expect.objectContaining({ id: env.ID, toolkit: 'instagram', status: 'verified', identity: expect.objectContaining({ handle: 'sandycreates' }) }),
+    ]);
   });
 });
 

@@ -13,6 +13,7 @@ import { file_publishing_v1_access } from '../../src/gen/publishing/v1/access_pb
 import { file_publishing_v1_webhook_service } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest } from '../support/clients';
+import { approveSandboxAccount } from '../support/destinations';
 
 type Json = Record<string, any>;
 interface Operation {
@@ -231,9 +232,8 @@ describe('the served REST API', () => {
     const future = new Date(Date.now() + 86_400_000).toISOString();
 
     const started = await call('POST', '/api/v1/connections/start', 200, { body: { toolkit: 'instagram' } });
-    const completed = await call('POST', '/api/v1/connections/complete', 200, {
-      body: { state: started.state, connectedAccountId: 'sbx.instagram.bakery' },
-    });
+    const connectedAccountId = await approveSandboxAccount(t.url, started.redirectUrl as string, 'bakery');
+    const completed = await call('POST', '/api/v1/connections/complete', 200, { body: { state: started.state, connectedAccountId } });
     const id = completed.connection.id as string;
     await call('POST', '/api/v1/connections/{id}/confirm', 200, { params: { id }, body: { confirmIdentity: true } });
     const listed = await call('GET', '/api/v1/connections', 200, { query: '?pageSize=10' });

@@ -16,7 +16,7 @@ import { PostService } from '../../src/gen/publishing/v1/post_service_pb';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest, transport } from '../support/clients';
-import { connectSandboxAccount } from '../support/destinations';
+import { approveSandboxAccount, connectSandboxAccount } from '../support/destinations';
 import { auditEventsSince, auditHighWater, snapshotDomain, snapshotOrganization } from './support';
 
 let t: TestApp;
@@ -61,7 +61,8 @@ beforeAll(async () => {
   const reconnected = await connectSandboxAccount(t.url, b.apiKey, 'youtube', 'channel');
   await asB('POST', `/api/v1/connections/${reconnected.id}/confirm`, { confirmIdentity: true });
   const restart = await asB('POST', '/api/v1/connections/start', { toolkit: 'youtube', connectionId: reconnected.id });
-  await asB('POST', '/api/v1/connections/complete', { state: restart.state, connectedAccountId: 'sbx.youtube.channel2' });
+  const channel2 = await approveSandboxAccount(t.url, restart.redirectUrl, 'channel2');
+  await asB('POST', '/api/v1/connections/complete', { state: restart.state, connectedAccountId: channel2 });
   foreign.heldConnection = reconnected.id;
 
   // B: open attempts (a new connection and a reconnect), whose states A must not complete.

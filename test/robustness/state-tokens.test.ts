@@ -10,6 +10,7 @@ import { createHmac, randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { StateSigner, type StatePayload } from '../../src/connections/state';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { approveSandboxAccount } from '../support/destinations';
 import { REFUSALS, Refusal, connectionsApi, rows, type ConnectionsApi, type RefusalCode, type TransportUnderTest } from '../connections/flow-helpers';
 import { inPool, snapshotDomain, ROBUSTNESS_SEED } from './support';
 
@@ -216,7 +217,8 @@ it('refuses every tampered connection state and still completes the attempt with
   expect(attempt).toEqual({ completed_at: null });
 
   // Nothing was consumed: the right person completes the attempt with the untouched state.
-  const completed = await apis.grpc.complete(owner.apiKey, { state: original, connectedAccountId: ACCOUNT });
+  const approved = await approveSandboxAccount(t.url, started.redirectUrl, 'bakery');
+  const completed = await apis.grpc.complete(owner.apiKey, { state: original, connectedAccountId: approved });
   expect(completed.connection).toMatchObject({ toolkit: 'instagram', identity: { accountId: '17841400000000001' } });
   const again = await completion(apis.rest, owner.apiKey, original);
   expect(again).toEqual({ code: 'STATE_ALREADY_USED', status: 409 });

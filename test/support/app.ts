@@ -11,7 +11,11 @@ export interface TestApp {
   orm: MikroORM;
   config: Config;
   url: string;
+  /** The app's database as the service role, which the app connects as. */
   databaseUrl: string;
+  /** The same database as the owner role and as the administrator (null when reusing a database). */
+  ownerDatabaseUrl: string | null;
+  adminDatabaseUrl: string | null;
   /** An organization with a user of the given role and a key with the given scopes. */
   tenant(options?: { plan?: Plan; role?: Role; scopes?: string[] }): Promise<Tenant>;
   close(): Promise<void>;
@@ -39,10 +43,10 @@ export async function startTestApp(
   options: { now?: () => number; /** Reuse this database (kept on close) instead of a fresh one. */ databaseUrl?: string } = {},
 ): Promise<TestApp> {
   const database = options.databaseUrl
-    ? { url: options.databaseUrl, drop: async () => undefined }
+    ? { url: options.databaseUrl, ownerUrl: null, adminUrl: null, drop: async () => undefined }
     : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: 10 } });
+  const orm = await openDatabase(database.url);
   const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
   return {
     app,
@@ -50,6 +54,8 @@ export async function startTestApp(
     config,
     url: app.url,
     databaseUrl: database.url,
+    ownerDatabaseUrl: database.ownerUrl,
+    adminDatabaseUrl: database.adminUrl,
     async tenant(options = {}) {
       const em = orm.em.fork();
       const org = await createOrganization(em, { name: 'Test Org', plan: options.plan ?? 'scale' });

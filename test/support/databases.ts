@@ -1,16 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
+import { OWNER_ROLE, SERVICE_ROLE } from '../../src/db/roles';
 
 /**
  * Every test file gets its own PostgreSQL database, cloned from a template that global
- * setup migrated once per run, so suites run in parallel without seeing each other's rows.
+ * setup migrated once per run as the owner role, so suites run in parallel without seeing
+ * each other's rows. The app connects as the service role, as in production.
  */
 export const ADMIN_URL = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const TEMPLATE_ENV = 'PUBLISHING_TEST_TEMPLATE_DB';
 
-export function databaseUrl(name: string): string {
+/** The database `name`, logged in as `role` (default: the administrator of ADMIN_URL). */
+export function databaseUrl(name: string, role?: string): string {
   const url = new URL(ADMIN_URL);
   url.pathname = `/${name}`;
+  if (role) {
+    url.username = role;
+    url.password = '';
+  }
   return url.toString();
 }
 
@@ -24,14 +31,25 @@ export async function withAdmin<T>(fn: (client: Client) => Promise<T>): Promise<
   }
 }
 
-export async function createTestDatabase(): Promise<{ name: string; url: string; drop(): Promise<void> }> {
+export interface TestDatabase {
+  name: string;
+  /** As the service role: what the app connects with. */
+  url: string;
+  /** As the owner role: what migrations run as. */
+  ownerUrl: string;
+  /** As the administrator (a superuser), for what no role of the service may do. */
+  adminUrl: string;
+  drop(): Promise<void>;
+}
+
+export async function createTestDatabase(): Promise<TestDatabase> {
   const template = process.env[TEMPLATE_ENV];
   if (!template) throw new Error(`${TEMPLATE_ENV} is not set: run the suites through jest (global setup migrates the template)`);
   const name = `publishing_test_${randomBytes(6).toString('hex')}`;
   await withAdmin(async (client) => {
     for (let attempt = 1; ; attempt++) {
       try {
-        await client.query(`create database ${name} template ${template}`);
+        await client.query(`create database ${name} owner ${OWNER_ROLE} template ${template}`);
         return;
       } catch (error) {
         // Two clones of one template at the same instant can collide; a retry settles it.
@@ -42,7 +60,9 @@ export async function createTestDatabase(): Promise<{ name: string; url: string;
   });
   return {
     name,
-    url: databaseUrl(name),
+    url: databaseUrl(name, SERVICE_ROLE),
+    ownerUrl: databaseUrl(name, OWNER_ROLE),
+    adminUrl: databaseUrl(name),
     drop: () => withAdmin(async (client) => void (await client.query(`drop database if exists ${name} with (force)`))),
   };
 }

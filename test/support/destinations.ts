@@ -2,8 +2,24 @@ import { ConnectionService, type Connection } from '../../src/gen/publishing/v1/
 import { client } from './clients';
 
 /**
- * Connects a sandbox account as a destination through the public API (start, then
- * complete with the sandbox's connected-account reference), the way a customer would.
+ * Approves `account` on the sandbox consent page of an attempt, as the README's browserless
+ * recipe does (the redirect URL with its path changed to /sandbox/consent/approve and
+ * `&account=<key>` appended), and returns the connected-account reference the sandbox hands
+ * back on its redirect to the callback: the only reference this attempt can complete with.
+ */
+export async function approveSandboxAccount(baseUrl: string, redirectUrl: string, account: string): Promise<string> {
+  const consent = new URL(redirectUrl);
+  const approve = new URL(`${consent.pathname}/approve${consent.search}`, baseUrl);
+  approve.searchParams.set('account', account);
+  const answer = await fetch(approve, { redirect: 'manual' });
+  const location = answer.headers.get('location');
+  if (answer.status !== 302 || !location) throw new Error(`the sandbox did not approve "${account}": ${answer.status} ${await answer.text()}`);
+  return new URL(location).searchParams.get('connected_account_id') ?? '';
+}
+
+/**
+ * Connects a sandbox account as a destination through the public API (start, approve in
+ * the sandbox, then complete with the reference it returned), the way a customer would.
  * `account` is a key of SANDBOX_ACCOUNTS[toolkit], e.g. instagram/"bakery".
  */
 export async function connectSandboxAccount(
@@ -13,8 +29,9 @@ export async function connectSandboxAccount(
   account = 'bakery',
 ): Promise<Connection> {
   const connections = client(ConnectionService, baseUrl, 'connect', apiKey);
-  const { state } = await connections.startConnection({ toolkit });
-  const { connection } = await connections.completeConnection({ state, connectedAccountId: `sbx.${toolkit}.${account}` });
+  const { state, redirectUrl } = await connections.startConnection({ toolkit });
+  const connectedAccountId = await approveSandboxAccount(baseUrl, redirectUrl, account);
+  const { connection } = await connections.completeConnection({ state, connectedAccountId });
   if (!connection) throw new Error('CompleteConnection returned no connection');
   return connection;
 }

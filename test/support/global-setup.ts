@@ -1,18 +1,19 @@
-import { openDatabase, migrate } from '../../src/db/orm';
+import { migrateAs } from '../../src/db/orm';
+import { OWNER_ROLE, ensureServiceRoles } from '../../src/db/roles';
 import { TEMPLATE_ENV, databaseUrl, withAdmin } from './databases';
 
-/** Migrates a fresh template database once per run; each test file clones it. */
+/**
+ * Creates the owner and service roles (cluster-wide; other runs may be creating them at
+ * the same moment) and migrates a fresh template database as the owner, once per run;
+ * each test file clones it.
+ */
 export default async function globalSetup(): Promise<void> {
   const name = `publishing_test_template_${process.pid}`;
   await withAdmin(async (client) => {
+    await ensureServiceRoles(client, { login: true });
     await client.query(`drop database if exists ${name} with (force)`);
-    await client.query(`create database ${name}`);
+    await client.query(`create database ${name} owner ${OWNER_ROLE}`);
   });
-  const orm = await openDatabase(databaseUrl(name), { pool: { min: 0, max: 1 } });
-  try {
-    await migrate(orm);
-  } finally {
-    await orm.close();
-  }
+  await migrateAs(databaseUrl(name, OWNER_ROLE));
   process.env[TEMPLATE_ENV] = name;
 }

@@ -1,3 +1,4 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ProviderError, type AccountIdentity, type ConnectionProvider, type IdentityRequest, type Link, type LinkRequest } from '../provider';
 
@@ -6,6 +7,11 @@ import { ProviderError, type AccountIdentity, type ConnectionProvider, type Iden
  * consent page lists sample accounts per toolkit; approving redirects to the callback
  * with the state and a connected-account reference, like the real provider does.
  * `?account=<key>` on the approve URL picks an account without a browser.
+ *
+ * The reference names the account approved and is bound to the attempt whose consent
+ * approved it (`sbx.<toolkit>.<key>.<approval>`, the approval an HMAC over the state):
+ * completing an attempt with an account its consent never returned is refused, as the
+ * real provider refuses an account that belongs to someone else.
  */
 export const SANDBOX_ACCOUNTS: Record<string, (AccountIdentity & { key: string })[]> = {
   instagram: [
@@ -29,15 +35,20 @@ export const SANDBOX_ACCOUNTS: Record<string, (AccountIdentity & { key: string }
 const REF_PREFIX = 'sbx';
 export const SANDBOX_PATH = '/sandbox/consent';
 
-function refOf(toolkit: string, key: string): string {
-  return `${REF_PREFIX}.${toolkit}.${key}`;
-}
+/** 128 bits of HMAC-SHA256, base64url. */
+const APPROVAL_LENGTH = 22;
 
 export class SandboxProvider implements ConnectionProvider {
   readonly name = 'sandbox';
 
-  /** `publicUrl` is read on use: with port 0 it is known only once the listener is bound. */
-  constructor(private readonly publicUrlOf: () => string) {}
+  /**
+   * `publicUrl` is read on use: with port 0 it is known only once the listener is bound.
+   * `approvalKey` signs approvals; every instance given the same key accepts the others'.
+   */
+  constructor(
+    private readonly publicUrlOf: () => string,
+    private readonly approvalKey: Buffer,
+  ) {}
 
   private get publicUrl(): string {
     return this.publicUrlOf();
@@ -52,7 +63,7 @@ export class SandboxProvider implements ConnectionProvider {
   }
 
   async readIdentity(request: IdentityRequest): Promise<AccountIdentity> {
-    const [prefix, toolkit, key, ...rest] = request.connectedAccountId.split('.');
+    const [prefix, toolkit, key, approval, ...rest] = request.connectedAccountId.split('.');
     const account = SANDBOX_ACCOUNTS[toolkit ?? '']?.find((a) => a.key === key);
     if (prefix !== REF_PREFIX || rest.length > 0 || !account) {
       throw new ProviderError('CONNECTED_ACCOUNT_NOT_FOUND', 'The sandbox knows no such connected account.');
@@ -60,8 +71,24 @@ export class SandboxProvider implements ConnectionProvider {
     if (toolkit !== request.toolkit) {
       throw new ProviderError('CONNECTED_ACCOUNT_MISMATCH', 'The connected account belongs to another toolkit.');
     }
+    const expected = Buffer.from(this.approvalOf(request.state, toolkit, account.key));
+    const presented = Buffer.from(approval ?? '');
+    if (presented.length !== expected.length || !timingSafeEqual(presented, expected)) {
+      throw new ProviderError('CONNECTED_ACCOUNT_MISMATCH', "The connected account was not approved in this attempt's consent.");
+    }
     const { key: _key, ...identity } = account;
     return identity;
+  }
+
+  private refOf(state: string, toolkit: string, key: string): string {
+    return `${REF_PREFIX}.${toolkit}.${key}.${this.approvalOf(state, toolkit, key)}`;
+  }
+
+  private approvalOf(state: string, toolkit: string, key: string): string {
+    return createHmac('sha256', this.approvalKey)
+      .update(`sandbox approval\n${state}\n${toolkit}\n${key}`)
+      .digest('base64url')
+      .slice(0, APPROVAL_LENGTH);
   }
 
   /** Serves the consent page and its approve step; returns false for other paths. */
@@ -87,7 +114,7 @@ export class SandboxProvider implements ConnectionProvider {
       }
       const target = new URL(callback);
       target.searchParams.set('state', state);
-      target.searchParams.set('connected_account_id', refOf(toolkit, account.key));
+      target.searchParams.set('connected_account_id', this.refOf(state, toolkit, account.key));
       res.writeHead(302, { location: target.toString() });
       res.end();
       return true;
