@@ -26,6 +26,9 @@ const MIGRATIONS = [
  */
 export const POOL_SIZE = 10;
 
+/** Every migration's name, in the order they run. */
+export const MIGRATION_NAMES = MIGRATIONS.map((m) => m.name);
+
 export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Options {
   return {
     clientUrl,

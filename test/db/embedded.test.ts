@@ -5,6 +5,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { spawnSync } from 'node:child_process';
 import { resolveDatabaseUrl } from '../../src/db';
+import { MIGRATION_NAMES } from '../../src/db/orm';
 
 /** A port nothing listens on: taken and released, so "no local PostgreSQL" is real. */
 async function closedPort(): Promise<number> {
@@ -26,7 +27,7 @@ describe('the development database default', () => {
       expect(run.stderr).toBe('');
       const outcome = JSON.parse(run.stdout.trim().split('\n').at(-1) ?? '{}');
       expect(outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
-      expect(outcome.applied).toEqual(['Migration20261121000000Initial', 'Migration20261121000001PrincipalNotices', 'Migration20261124100000ServiceRole']);
+      expect(outcome.applied).toEqual(MIGRATION_NAMES);
       expect(outcome.rows).toEqual([{ n: 0 }]);
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
