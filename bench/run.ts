@@ -66,7 +66,7 @@ const LIST_ENDPOINTS = 50;
 const OTHER_ORGS = 5;
 const OTHER_ENDPOINTS_PER_ORG = 10;
 const DELIVERY_ENDPOINTS = 16;
-const DESTINATIONS = 10;
+const LISTED_CONNECTIONS = 10;
 
 const started = Date.now();
 const elapsed = () => (Date.now() - started) / 1000;
@@ -318,9 +318,9 @@ async function createEndpoints(baseUrl: string, tenant: Tenant, urls: string[]):
   return ids;
 }
 
-async function insertDestinations(pool: Pool, organizationId: string, count: number): Promise<void> {
+async function insertConnections(pool: Pool, organizationId: string, count: number): Promise<void> {
   await pool.query(
-    `insert into destinations (id, organization_id, toolkit, status, connected_account_ref, account_id, account_kind,
+    `insert into connections (id, organization_id, toolkit, status, connected_account_ref, account_id, account_kind,
                                display_name, handle, avatar_url, confirmed_account_id, verified_at, created_at, updated_at)
      select gen_random_uuid(), $1::uuid, (array['instagram','facebook','linkedin','youtube'])[1 + g % 4], 'verified',
             'ca_bench_' || g, 'bench-' || $1::text || '-' || g, 'business', 'Bench account ' || g, '@bench' || g,
@@ -650,7 +650,7 @@ async function benchGateway(ctx: Context): Promise<unknown> {
     const rest = await expectOk(api(base, 'GET', '/api/v1/connections', tenant.apiKey), 'REST list connections');
     const connect = await expectOk(api(base, 'POST', connectPath, tenant.apiKey, '{}'), 'Connect list connections');
     if (JSON.stringify(rest) !== JSON.stringify(connect)) throw new Error('REST and Connect answers differ');
-    if ((rest.connections as unknown[]).length !== DESTINATIONS) throw new Error(`expected ${DESTINATIONS} connections`);
+    if ((rest.connections as unknown[]).length !== LISTED_CONNECTIONS) throw new Error(`expected ${LISTED_CONNECTIONS} connections`);
     log(`rest_gateway: ${CONNECTIONS} connections each, ${PATTERN} × ${SEGMENT_SECONDS} s; answer ${JSON.stringify(rest).length} bytes`);
     const auth = { authorization: `Bearer ${tenant.apiKey}` };
     const { a, b } = await withLoads(
@@ -1080,8 +1080,8 @@ async function main(): Promise<number> {
       otherEndpoints.push(...ids.map((id) => ({ organizationId: tenants[name]!.organizationId, id })));
     }
     const deliveryEndpointIds = await createEndpoints(server.ready.url, tenants.deliver!, Array.from({ length: DELIVERY_ENDPOINTS }, (_, i) => `${receiver!.ready.url}/hook/${i}`));
-    await insertDestinations(pool, tenants.conn!.organizationId, DESTINATIONS);
-    await insertDestinations(pool, tenants.mem!.organizationId, DESTINATIONS);
+    await insertConnections(pool, tenants.conn!.organizationId, LISTED_CONNECTIONS);
+    await insertConnections(pool, tenants.mem!.organizationId, LISTED_CONNECTIONS);
     log(`seeded ${Object.keys(tenants).length} organizations, ${2 * LIST_ENDPOINTS + otherEndpoints.length + deliveryEndpointIds.length} endpoints`);
 
     const ctx: Context = { tls, pool, server, receiver, tenants, listEndpointIds, twinEndpointIds, otherEndpoints, deliveryEndpointIds, serverEnv };

@@ -3,9 +3,9 @@ import { create } from '@bufbuild/protobuf';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import {
-  ConnectionSchema,
+  ConnectionSchema as ConnectionMessageSchema,
   ToolkitSchema,
-  type Connection,
+  type Connection as ConnectionMessage,
   type ConnectionService,
   type ConfirmConnectionRequest,
   type CompleteConnectionRequest,
@@ -17,7 +17,7 @@ import { canConfirmChangedAccount, requireCustomer, type CustomerPrincipal } fro
 import { auditedTransaction, noteAuditTarget } from '../audit';
 import {
   ConnectionAttemptSchema,
-  DestinationSchema,
+  ConnectionSchema,
   afterCursor,
   decodeCursor,
   entityManagerOf,
@@ -26,14 +26,14 @@ import {
   LockMode,
   pageOf,
   pageSizeOf,
-  type Destination,
+  type Connection,
   type EntityManager,
 } from '../db';
 import { apiError, type ErrorCode } from '../errors';
 import { PUBLISH_REGISTRY, connectableToolkits, toolkitOf } from './registry';
 import { STATE_TTL_MS, type StateSigner } from './state';
 import { ProviderError, type AccountIdentity, type ConnectionProvider, type ProviderFailure } from './provider';
-import { disconnectDestination, reconnectDestination, verifyDestination } from './transitions';
+import { disconnectConnection, reconnectConnection, verifyConnection } from './transitions';
 
 export interface ConnectionServiceDeps {
   provider: ConnectionProvider;
@@ -67,7 +67,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     const limit = pageSizeOf(req.pageSize);
     const cursor = decodeCursor(req.pageToken);
     const rows = await em.find(
-      DestinationSchema,
+      ConnectionSchema,
       { organizationId: principal.organizationId, ...afterCursor('createdAt', cursor, 'asc') },
       { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1 },
     );
@@ -93,17 +93,17 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
         { metadata: { toolkit: req.toolkit.slice(0, 64), status: toolkit?.status ?? 'not_in_registry' } },
       );
     }
-    let destinationId: string | null = null;
+    let connectionId: string | null = null;
     if (req.connectionId) {
       const destination = await this.destination(em, principal, req.connectionId);
       if (destination.toolkit !== toolkit.slug) {
         throw apiError('INVALID_ARGUMENT', `Connection ${destination.id} is a ${destination.toolkit} connection, not ${toolkit.slug}.`);
       }
-      destinationId = destination.id;
+      connectionId = destination.id;
     }
     const expiresAt = new Date(this.deps.now() + STATE_TTL_MS);
     const attemptId = randomUUID();
-    noteAuditTarget(ctx, attemptId, { toolkit: toolkit.slug, reconnect: destinationId });
+    noteAuditTarget(ctx, attemptId, { toolkit: toolkit.slug, reconnect: connectionId });
     const state = this.deps.signer.sign({
       attemptId,
       organizationId: principal.organizationId,
@@ -122,7 +122,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
         organizationId: principal.organizationId,
         userId: principal.userId,
         toolkit: toolkit.slug,
-        destinationId,
+        connectionId,
         expiresAt,
       });
     });
@@ -159,18 +159,18 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
           { completedAt: at },
         );
         if (claimed === 0) throw stateAlreadyUsed();
-        await this.refuseIfRegisteredElsewhere(tx, principal, toolkit, identity, attempt.destinationId ?? null);
-        const completed = attempt.destinationId
-          ? await this.reconnect(tx, principal, attempt.destinationId, identity, req.connectedAccountId, at)
+        await this.refuseIfRegisteredElsewhere(tx, principal, toolkit, identity, attempt.connectionId ?? null);
+        const completed = attempt.connectionId
+          ? await this.reconnect(tx, principal, attempt.connectionId, identity, req.connectedAccountId, at)
           : { destination: this.newDestination(tx, principal, toolkit, identity, req.connectedAccountId), heldPosts: 0 };
         noteAuditTarget(ctx, completed.destination.id, { attemptId, accountId: identity.accountId, heldPosts: completed.heldPosts });
         return completed;
       });
       return { connection: toMessage(destination), heldPosts };
     } catch (error) {
-      if (isUniqueViolation(error, 'destinations_account_unique')) {
+      if (isUniqueViolation(error, 'connections_account_unique')) {
         // A concurrent completion won the race; the transaction rolled back, so a fresh read says whose it is.
-        await this.refuseIfRegisteredElsewhere(em.fork(), principal, toolkit, identity, attempt.destinationId ?? null);
+        await this.refuseIfRegisteredElsewhere(em.fork(), principal, toolkit, identity, attempt.connectionId ?? null);
         throw apiError('ACCOUNT_REGISTERED_ELSEWHERE', 'This account is already connected.', { cause: error });
       }
       throw error;
@@ -180,18 +180,18 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
   private async reconnect(
     tx: EntityManager,
     principal: CustomerPrincipal,
-    destinationId: string,
+    connectionId: string,
     identity: AccountIdentity,
     connectedAccountRef: string,
     at: Date,
-  ): Promise<{ destination: Destination; heldPosts: number }> {
-    const destination = await this.destination(tx, principal, destinationId, LockMode.PESSIMISTIC_WRITE);
-    const heldPosts = await reconnectDestination(tx, destination, identity, connectedAccountRef, at);
+  ): Promise<{ destination: Connection; heldPosts: number }> {
+    const destination = await this.destination(tx, principal, connectionId, LockMode.PESSIMISTIC_WRITE);
+    const heldPosts = await reconnectConnection(tx, destination, identity, connectedAccountRef, at);
     return { destination, heldPosts };
   }
 
-  private newDestination(tx: EntityManager, principal: CustomerPrincipal, toolkit: string, identity: AccountIdentity, connectedAccountRef: string): Destination {
-    return tx.create(DestinationSchema, {
+  private newDestination(tx: EntityManager, principal: CustomerPrincipal, toolkit: string, identity: AccountIdentity, connectedAccountRef: string): Connection {
+    return tx.create(ConnectionSchema, {
       organizationId: principal.organizationId,
       toolkit,
       status: 'connected',
@@ -226,7 +226,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
           metadata: { previousAccountId: found.confirmedAccountId ?? '', accountId: found.accountId },
         });
       }
-      await verifyDestination(tx, found, new Date(this.deps.now()));
+      await verifyConnection(tx, found, new Date(this.deps.now()));
       noteAuditTarget(ctx, found.id, { accountId: found.accountId, accountChanged: changed });
       return found;
     });
@@ -249,15 +249,15 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
         noteAuditTarget(ctx, found.id, { alreadyDisabled: true, reason: found.disableReason });
         return { destination: found, heldPosts: 0 };
       }
-      const held = await disconnectDestination(tx, found, reason, new Date(this.deps.now()));
+      const held = await disconnectConnection(tx, found, reason, new Date(this.deps.now()));
       noteAuditTarget(ctx, found.id, { reason, heldPosts: held });
       return { destination: found, heldPosts: held };
     });
     return { connection: toMessage(destination), heldPosts };
   }
 
-  private async destination(em: EntityManager, principal: CustomerPrincipal, id: string, lockMode?: LockMode): Promise<Destination> {
-    const destination = isUuid(id) ? await em.findOne(DestinationSchema, { id, organizationId: principal.organizationId }, { lockMode }) : null;
+  private async destination(em: EntityManager, principal: CustomerPrincipal, id: string, lockMode?: LockMode): Promise<Connection> {
+    const destination = isUuid(id) ? await em.findOne(ConnectionSchema, { id, organizationId: principal.organizationId }, { lockMode }) : null;
     if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${id.slice(0, 64)} in this organization.`);
     return destination;
   }
@@ -270,7 +270,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     identity: AccountIdentity,
     reconnecting: string | null,
   ): Promise<void> {
-    const holder = await em.findOne(DestinationSchema, { toolkit, accountId: identity.accountId });
+    const holder = await em.findOne(ConnectionSchema, { toolkit, accountId: identity.accountId });
     if (!holder || holder.id === reconnecting) return;
     if (holder.organizationId !== principal.organizationId) {
       throw apiError('ACCOUNT_REGISTERED_ELSEWHERE', 'This account is already connected to another organization or workspace.');
@@ -301,8 +301,8 @@ const STATE_MESSAGES: Record<'STATE_INVALID' | 'STATE_EXPIRED' | 'STATE_ORGANIZA
   STATE_USER_MISMATCH: 'The connection attempt must be completed by the person who started it.',
 };
 
-function toMessage(d: Destination): Connection {
-  return create(ConnectionSchema, {
+function toMessage(d: Connection): ConnectionMessage {
+  return create(ConnectionMessageSchema, {
     id: d.id,
     toolkit: d.toolkit,
     status: d.status,

@@ -1,4 +1,4 @@
-import type { Destination, EntityManager } from '../db';
+import type { Connection, EntityManager } from '../db';
 import { holdScheduledPosts } from '../posts';
 import type { AccountIdentity } from './provider';
 
@@ -9,7 +9,7 @@ import type { AccountIdentity } from './provider';
  */
 
 /** A person who manages connections confirmed the identity: the destination may receive posts. */
-export async function verifyDestination(_tx: EntityManager, destination: Destination, at: Date): Promise<void> {
+export async function verifyConnection(_tx: EntityManager, destination: Connection, at: Date): Promise<void> {
   destination.status = 'verified';
   destination.verifiedAt = at;
   destination.confirmedAccountId = destination.accountId;
@@ -20,9 +20,9 @@ export async function verifyDestination(_tx: EntityManager, destination: Destina
  * way (the reason stays in the audit trail); a different account holds the destination
  * and its scheduled posts until it is re-reviewed. Returns how many posts it held.
  */
-export async function reconnectDestination(
+export async function reconnectConnection(
   tx: EntityManager,
-  destination: Destination,
+  destination: Connection,
   identity: AccountIdentity,
   connectedAccountRef: string,
   at: Date,
@@ -40,21 +40,21 @@ export async function reconnectDestination(
 }
 
 /** A different account behind the same destination must be re-reviewed before anything is published. */
-async function holdForChangedAccount(tx: EntityManager, destination: Destination, at: Date): Promise<number> {
+async function holdForChangedAccount(tx: EntityManager, destination: Connection, at: Date): Promise<number> {
   destination.status = 'held';
   destination.verifiedAt = null;
   return holdScheduledPosts(tx, destination.id, 'account_changed', at);
 }
 
 /** Disabled with a reason: no posts go out, the scheduled ones are held. Returns how many. */
-export async function disconnectDestination(tx: EntityManager, destination: Destination, reason: string, at: Date): Promise<number> {
+export async function disconnectConnection(tx: EntityManager, destination: Connection, reason: string, at: Date): Promise<number> {
   destination.status = 'disconnected';
   destination.disconnectedAt = at;
   destination.disableReason = reason;
   return holdScheduledPosts(tx, destination.id, 'connection_disabled', at);
 }
 
-function assignIdentity(destination: Destination, identity: AccountIdentity, ref: string): void {
+function assignIdentity(destination: Connection, identity: AccountIdentity, ref: string): void {
   destination.connectedAccountRef = ref;
   destination.accountId = identity.accountId;
   destination.accountKind = identity.kind;

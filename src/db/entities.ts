@@ -66,17 +66,17 @@ export const ApiKeySchema = defineEntity({
 });
 export type ApiKey = InferEntity<typeof ApiKeySchema>;
 
-export const DESTINATION_STATUSES = ['connected', 'verified', 'held', 'disconnected'] as const;
-export type DestinationStatus = (typeof DESTINATION_STATUSES)[number];
+export const CONNECTION_STATUSES = ['connected', 'verified', 'held', 'disconnected'] as const;
+export type ConnectionStatus = (typeof CONNECTION_STATUSES)[number];
 
-export const DestinationSchema = defineEntity({
-  name: 'Destination',
-  tableName: 'destinations',
+export const ConnectionSchema = defineEntity({
+  name: 'Connection',
+  tableName: 'connections',
   properties: {
     id: id(),
     organizationId: p.uuid(),
     toolkit: p.text(),
-    status: p.enum(DESTINATION_STATUSES),
+    status: p.enum(CONNECTION_STATUSES),
     /** The provider's reference of the connected account; the provider holds the credentials. */
     connectedAccountRef: p.text(),
     accountId: p.text(),
@@ -92,7 +92,7 @@ export const DestinationSchema = defineEntity({
     ...timestamps,
   },
 });
-export type Destination = InferEntity<typeof DestinationSchema>;
+export type Connection = InferEntity<typeof ConnectionSchema>;
 
 export const ConnectionAttemptSchema = defineEntity({
   name: 'ConnectionAttempt',
@@ -103,7 +103,7 @@ export const ConnectionAttemptSchema = defineEntity({
     userId: p.uuid(),
     toolkit: p.text(),
     /** Set when the attempt reconnects an existing destination. */
-    destinationId: p.uuid().nullable(),
+    connectionId: p.uuid().nullable(),
     expiresAt: p.datetime(),
     completedAt: p.datetime().nullable(),
     ...timestamps,
@@ -120,7 +120,7 @@ export const PostSchema = defineEntity({
   properties: {
     id: id(),
     organizationId: p.uuid(),
-    destinationId: p.uuid(),
+    connectionId: p.uuid(),
     text: p.text(),
     scheduledAt: p.datetime(),
     status: p.enum(POST_STATUSES),
@@ -280,7 +280,7 @@ export const ENTITIES = [
   OrganizationSchema,
   UserSchema,
   ApiKeySchema,
-  DestinationSchema,
+  ConnectionSchema,
   ConnectionAttemptSchema,
   PostSchema,
   WebhookEndpointSchema,

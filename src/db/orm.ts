@@ -5,6 +5,7 @@ import { Migration20261121000000Initial } from './migrations/Migration2026112100
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
 import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Migration20261124000000DeliveryAttemptDispatch';
 import { Migration20261124100000ServiceRole } from './migrations/Migration20261124100000ServiceRole';
+import { Migration20261124110000ConnectionsTable } from './migrations/Migration20261124110000ConnectionsTable';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -15,6 +16,7 @@ const MIGRATIONS = [
   { name: 'Migration20261121000001PrincipalNotices', class: Migration20261121000001PrincipalNotices },
   { name: 'Migration20261124000000DeliveryAttemptDispatch', class: Migration20261124000000DeliveryAttemptDispatch },
   { name: 'Migration20261124100000ServiceRole', class: Migration20261124100000ServiceRole },
+  { name: 'Migration20261124110000ConnectionsTable', class: Migration20261124110000ConnectionsTable },
 ];
 
 /**

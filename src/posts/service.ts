@@ -11,7 +11,7 @@ import {
 } from '../gen/publishing/v1/post_service_pb';
 import { requireCustomer } from '../auth';
 import { auditedTransaction, noteAuditTarget } from '../audit';
-import { DestinationSchema, PostSchema, LAST_INSTANT_MS, LockMode, afterCursor, decodeCursor, entityManagerOf, isUuid, pageOf, pageSizeOf, type Post } from '../db';
+import { ConnectionSchema, PostSchema, LAST_INSTANT_MS, LockMode, afterCursor, decodeCursor, entityManagerOf, isUuid, pageOf, pageSizeOf, type Post } from '../db';
 import { apiError } from '../errors';
 import { releaseHeldPosts } from './holds';
 
@@ -38,7 +38,7 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
       throw apiError('POST_SCHEDULE_INVALID', 'scheduledAt must be before the year 10000.');
     }
     const destination = isUuid(req.connectionId)
-      ? await em.findOne(DestinationSchema, { id: req.connectionId, organizationId: principal.organizationId })
+      ? await em.findOne(ConnectionSchema, { id: req.connectionId, organizationId: principal.organizationId })
       : null;
     if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${req.connectionId.slice(0, 64)} in this organization.`);
     if (destination.status !== 'verified') {
@@ -48,7 +48,7 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
     }
     const post = em.create(PostSchema, {
       organizationId: principal.organizationId,
-      destinationId: destination.id,
+      connectionId: destination.id,
       text,
       scheduledAt,
       status: 'scheduled',
@@ -70,7 +70,7 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
       PostSchema,
       {
         organizationId: principal.organizationId,
-        ...(req.connectionId ? { destinationId: req.connectionId } : {}),
+        ...(req.connectionId ? { connectionId: req.connectionId } : {}),
         ...(req.status ? { status: req.status as Post['status'] } : {}),
         ...afterCursor('scheduledAt', cursor, 'desc'),
       },
@@ -87,7 +87,7 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
     const releasedPosts = await auditedTransaction(ctx, em, async (tx) => {
       // Locked until commit: a disable or reconnect in between must not see its holds undone.
       const destination = isUuid(req.connectionId)
-        ? await tx.findOne(DestinationSchema, { id: req.connectionId, organizationId: principal.organizationId }, { lockMode: LockMode.PESSIMISTIC_WRITE })
+        ? await tx.findOne(ConnectionSchema, { id: req.connectionId, organizationId: principal.organizationId }, { lockMode: LockMode.PESSIMISTIC_WRITE })
         : null;
       if (!destination) throw apiError('CONNECTION_NOT_FOUND', `No connection ${req.connectionId.slice(0, 64)} in this organization.`);
       if (destination.status !== 'verified') {
@@ -106,7 +106,7 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
 function toMessage(p: Post): PostMessage {
   return create(PostMessageSchema, {
     id: p.id,
-    connectionId: p.destinationId,
+    connectionId: p.connectionId,
     text: p.text,
     scheduledAt: timestampFromDate(p.scheduledAt),
     status: p.status,

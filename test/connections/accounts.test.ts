@@ -29,7 +29,7 @@ afterAll(async () => {
 });
 
 async function destinationRow(id: string) {
-  const [row] = await rows(t, 'select * from destinations where id = ?', [id]);
+  const [row] = await rows(t, 'select * from connections where id = ?', [id]);
   return row;
 }
 
@@ -42,15 +42,15 @@ describe('the database', () => {
     try {
       const insert = (organizationId: string) =>
         db.query(
-          `insert into destinations (id, organization_id, toolkit, status, connected_account_ref, account_id, account_kind,
+          `insert into connections (id, organization_id, toolkit, status, connected_account_ref, account_id, account_kind,
                                      display_name, handle, avatar_url, created_at, updated_at)
            values ($1, $2, 'instagram', 'connected', 'sbx.instagram.bakery', $3, 'business', 'Sandbox Bakery', 'sandboxbakery', '', now(), now())`,
           [randomUUID(), organizationId, BAKERY_ACCOUNT_ID],
         );
       await insert(first.organizationId);
-      await expect(insert(second.organizationId)).rejects.toMatchObject({ code: '23505', constraint: 'destinations_account_unique' });
-      await expect(insert(first.organizationId)).rejects.toMatchObject({ code: '23505', constraint: 'destinations_account_unique' });
-      const { rows: held } = await db.query('select organization_id from destinations where account_id = $1', [BAKERY_ACCOUNT_ID]);
+      await expect(insert(second.organizationId)).rejects.toMatchObject({ code: '23505', constraint: 'connections_account_unique' });
+      await expect(insert(first.organizationId)).rejects.toMatchObject({ code: '23505', constraint: 'connections_account_unique' });
+      const { rows: held } = await db.query('select organization_id from connections where account_id = $1', [BAKERY_ACCOUNT_ID]);
       expect(held).toEqual([{ organization_id: first.organizationId }]);
     } finally {
       await db.end();
@@ -75,10 +75,10 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       const other = await t.tenant();
       await expectRefusal(connectThroughSandbox(t, api, other.apiKey, 'instagram', 'bakery'), 'ACCOUNT_REGISTERED_ELSEWHERE');
 
-      expect(await rows(t, 'select id from destinations where organization_id = ?', [other.organizationId])).toEqual([]);
+      expect(await rows(t, 'select id from connections where organization_id = ?', [other.organizationId])).toEqual([]);
       expect(await destinationRow(first.id)).toEqual(before);
       expect(before).toMatchObject({ organization_id: owner.organizationId, status: 'verified', account_id: BAKERY_ACCOUNT_ID });
-      expect(await rows(t, 'select status from posts where destination_id = ?', [first.id])).toEqual([{ status: 'scheduled' }]);
+      expect(await rows(t, 'select status from posts where connection_id = ?', [first.id])).toEqual([{ status: 'scheduled' }]);
     });
 
     it('refuses to reconnect onto an account another organization holds', async () => {
@@ -97,7 +97,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       const refusal = await expectRefusal(connectThroughSandbox(t, api, colleague.apiKey, 'instagram', 'bakery'), 'ACCOUNT_ALREADY_CONNECTED');
       if (transport === 'rest') expect(refusal.body).toMatchObject({ details: { connectionId: connection!.id } });
       await expectRefusal(connectThroughSandbox(t, api, owner.apiKey, 'instagram', 'bakery'), 'ACCOUNT_ALREADY_CONNECTED');
-      expect(await rows(t, 'select id from destinations where organization_id = ?', [owner.organizationId])).toEqual([{ id: connection!.id }]);
+      expect(await rows(t, 'select id from connections where organization_id = ?', [owner.organizationId])).toEqual([{ id: connection!.id }]);
     });
 
     it('lets only one of two organizations completing the same account at once win', async () => {
@@ -114,7 +114,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       expect(won).toHaveLength(1);
       expect(lost).toHaveLength(1);
       await expectRefusal(Promise.reject(lost[0]), 'ACCOUNT_REGISTERED_ELSEWHERE');
-      expect(await rows(t, "select count(*)::int as n from destinations where toolkit = 'youtube'")).toEqual([{ n: 1 }]);
+      expect(await rows(t, "select count(*)::int as n from connections where toolkit = 'youtube'")).toEqual([{ n: 1 }]);
     });
 
     it('tells two people of one organization completing the same account at once that it is already connected', async () => {
@@ -129,7 +129,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
       const [lost] = outcomes.flatMap((o) => (o.status === 'rejected' ? [o.reason] : []));
       await expectRefusal(Promise.reject(lost), 'ACCOUNT_ALREADY_CONNECTED');
-      expect(await rows(t, 'select count(*)::int as n from destinations where organization_id = ?', [owner.organizationId])).toEqual([{ n: 1 }]);
+      expect(await rows(t, 'select count(*)::int as n from connections where organization_id = ?', [owner.organizationId])).toEqual([{ n: 1 }]);
     });
   });
 

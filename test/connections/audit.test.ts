@@ -145,7 +145,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
         reason: 'STATE_EXPIRED',
         request_id: api.lastRequestId,
       });
-      expect(await rows(t, 'select id from destinations where organization_id = ?', [owner.organizationId])).toEqual([]);
+      expect(await rows(t, 'select id from connections where organization_id = ?', [owner.organizationId])).toEqual([]);
     });
 
     it("records another organization's state as refused with STATE_ORGANIZATION_MISMATCH in the caller's organization", async () => {

@@ -322,5 +322,5 @@ export async function rows<T = Record<string, unknown>>(t: TestApp, sql: string,
 export async function forgetConnections(t: TestApp): Promise<void> {
   await rows(t, 'delete from posts');
   await rows(t, 'delete from connection_attempts');
-  await rows(t, 'delete from destinations');
+  await rows(t, 'delete from connections');
 }

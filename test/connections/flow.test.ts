@@ -69,7 +69,7 @@ describe('connecting an account, browser-style, over REST', () => {
       identity: { accountId: BAKERY.accountId, kind: BAKERY.kind, displayName: BAKERY.displayName, handle: BAKERY.handle },
     });
     expect(connection.verifiedAt).toBeUndefined();
-    expect(await rows(t, 'select organization_id, connected_account_ref, account_id, status, verified_at from destinations where id = ?', [connection.id])).toEqual([
+    expect(await rows(t, 'select organization_id, connected_account_ref, account_id, status, verified_at from connections where id = ?', [connection.id])).toEqual([
       { organization_id: owner.organizationId, connected_account_ref: BAKERY.ref, account_id: BAKERY.accountId, status: 'connected', verified_at: null },
     ]);
 
@@ -77,7 +77,7 @@ describe('connecting an account, browser-style, over REST', () => {
     const early = await rest(t.url, 'POST', '/api/v1/posts', { apiKey: owner.apiKey, body: post });
     expect(early.status).toBe(409);
     expect(early.body).toMatchObject({ code: 'DESTINATION_NOT_VERIFIED' });
-    expect(await rows(t, 'select id from posts where destination_id = ?', [connection.id])).toEqual([]);
+    expect(await rows(t, 'select id from posts where connection_id = ?', [connection.id])).toEqual([]);
 
     const confirmed = await rest(t.url, 'POST', `/api/v1/connections/${connection.id}/confirm`, { apiKey: owner.apiKey, body: { confirmIdentity: true } });
     expect(confirmed.status).toBe(200);
@@ -86,8 +86,8 @@ describe('connecting an account, browser-style, over REST', () => {
     const scheduled = await rest(t.url, 'POST', '/api/v1/posts', { apiKey: owner.apiKey, body: post });
     expect(scheduled.status).toBe(200);
     expect(scheduled.body.post).toMatchObject({ connectionId: connection.id, text: post.text, status: 'scheduled', scheduledAt: post.scheduledAt });
-    expect(await rows(t, 'select destination_id, status, text from posts where id = ?', [scheduled.body.post.id])).toEqual([
-      { destination_id: connection.id, status: 'scheduled', text: post.text },
+    expect(await rows(t, 'select connection_id, status, text from posts where id = ?', [scheduled.body.post.id])).toEqual([
+      { connection_id: connection.id, status: 'scheduled', text: post.text },
     ]);
 
     const listed = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: owner.apiKey });
@@ -123,7 +123,7 @@ describe('connecting an account, browser-style, over gRPC', () => {
     expect(early).toBeInstanceOf(ConnectError);
     expect((early as ConnectError).code).toBe(Code.FailedPrecondition);
     expect((early as ConnectError).findDetails(ErrorInfoSchema)[0]?.reason).toBe('DESTINATION_NOT_VERIFIED');
-    expect(await rows(t, 'select id from posts where destination_id = ?', [id])).toEqual([]);
+    expect(await rows(t, 'select id from posts where connection_id = ?', [id])).toEqual([]);
 
     const confirmed = await connections.confirmConnection({ id, confirmIdentity: true });
     expect(confirmed.connection).toMatchObject({ id, status: 'verified', confirmedAccountId: BAKERY.accountId });
@@ -131,7 +131,7 @@ describe('connecting an account, browser-style, over gRPC', () => {
 
     const scheduled = await posts.schedulePost(post);
     expect(scheduled.post).toMatchObject({ connectionId: id, status: 'scheduled', text: post.text });
-    expect(await rows(t, 'select status from posts where destination_id = ?', [id])).toEqual([{ status: 'scheduled' }]);
+    expect(await rows(t, 'select status from posts where connection_id = ?', [id])).toEqual([{ status: 'scheduled' }]);
 
     const listed = await connections.listConnections({});
     expect(listed.connections.map((c) => [c.id, c.status])).toEqual([[id, 'verified']]);
@@ -176,7 +176,7 @@ describe.each(TRANSPORTS)('connections and the registry over %s', (transport) =>
     const api = connectionsApi(t, transport);
     const { connection } = await connectThroughSandbox(t, api, owner.apiKey, toolkit, account);
     expect(connection).toMatchObject({ toolkit, status: 'connected', identity: { accountId, kind } });
-    expect(await rows(t, 'select toolkit, account_id, account_kind, connected_account_ref from destinations where id = ?', [connection!.id])).toEqual([
+    expect(await rows(t, 'select toolkit, account_id, account_kind, connected_account_ref from connections where id = ?', [connection!.id])).toEqual([
       { toolkit, account_id: accountId, account_kind: kind, connected_account_ref: refOf(toolkit, account) },
     ]);
     const listed = await api.list(owner.apiKey);

@@ -31,12 +31,12 @@ interface PostRow {
   held: boolean;
 }
 
-async function postRows(destinationId: string): Promise<PostRow[]> {
-  return rows<PostRow>(t, 'select id, status, hold_reason, held_at is not null as held from posts where destination_id = ? order by scheduled_at', [destinationId]);
+async function postRows(connectionId: string): Promise<PostRow[]> {
+  return rows<PostRow>(t, 'select id, status, hold_reason, held_at is not null as held from posts where connection_id = ? order by scheduled_at', [connectionId]);
 }
 
 async function destinationRow(id: string) {
-  const [row] = await rows(t, 'select status, account_id, confirmed_account_id, verified_at, disconnected_at is not null as disconnected, disable_reason from destinations where id = ?', [id]);
+  const [row] = await rows(t, 'select status, account_id, confirmed_account_id, verified_at, disconnected_at is not null as disconnected, disable_reason from connections where id = ?', [id]);
   return row;
 }
 

@@ -45,7 +45,7 @@ function withPayloadBitFlipped(state: string): string {
 }
 
 async function destinationRow(id: string) {
-  const [row] = await rows(t, 'select * from destinations where id = ?', [id]);
+  const [row] = await rows(t, 'select * from connections where id = ?', [id]);
   return row;
 }
 
@@ -74,7 +74,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
     }
 
     async function expectNoDestination(organizationId: string) {
-      expect(await rows(t, 'select id from destinations where organization_id = ?', [organizationId])).toEqual([]);
+      expect(await rows(t, 'select id from connections where organization_id = ?', [organizationId])).toEqual([]);
     }
 
     it('refuses a state with a bit flipped in its payload', async () => {
@@ -135,7 +135,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       const callback = await startedAndApproved();
       const { connection } = await api.complete(owner.apiKey, callback);
       await expectRefusal(api.complete(owner.apiKey, callback), 'STATE_ALREADY_USED');
-      expect(await rows(t, 'select id from destinations where organization_id = ?', [owner.organizationId])).toEqual([{ id: connection!.id }]);
+      expect(await rows(t, 'select id from connections where organization_id = ?', [owner.organizationId])).toEqual([{ id: connection!.id }]);
     });
 
     it('lets only one of two simultaneous completions of the same state through', async () => {
@@ -144,7 +144,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
       const [lost] = outcomes.flatMap((o) => (o.status === 'rejected' ? [o.reason] : []));
       await expectRefusal(Promise.reject(lost), 'STATE_ALREADY_USED');
-      expect(await rows(t, 'select count(*)::int as n from destinations where organization_id = ?', [owner.organizationId])).toEqual([{ n: 1 }]);
+      expect(await rows(t, 'select count(*)::int as n from connections where organization_id = ?', [owner.organizationId])).toEqual([{ n: 1 }]);
     });
 
     it('refuses an account reference the provider does not know, or one of another toolkit, and keeps the attempt usable', async () => {
@@ -267,7 +267,7 @@ describe.each(TRANSPORTS)('over %s', (transport) => {
       await expectRefusal(api.schedule(stranger.apiKey, { connectionId: connection.id, text: 'Theirs', scheduledAt: inAnHour(clock) }), 'CONNECTION_NOT_FOUND');
 
       expect(await destinationRow(connection.id)).toEqual(before);
-      expect(await rows(t, 'select text, status from posts where destination_id = ?', [connection.id])).toEqual([{ text: 'Ours', status: 'scheduled' }]);
+      expect(await rows(t, 'select text, status from posts where connection_id = ?', [connection.id])).toEqual([{ text: 'Ours', status: 'scheduled' }]);
       expect(await rows(t, 'select id from connection_attempts where organization_id = ?', [stranger.organizationId])).toEqual([]);
     });
 

@@ -159,7 +159,7 @@ it(
     const completed = await Promise.all(attempts.map((attempt) => complete(customer, attempt)));
     expect(completed.map((answer) => answer.status)).toEqual(attempts.map(() => 200));
     expect(await rows(t, 'select id from connection_attempts where organization_id = ? and completed_at is null', [customer.organizationId])).toEqual([]);
-    expect(await rows<{ n: number }>(t, 'select count(*)::int as n from destinations where organization_id = ?', [customer.organizationId])).toEqual([
+    expect(await rows<{ n: number }>(t, 'select count(*)::int as n from connections where organization_id = ?', [customer.organizationId])).toEqual([
       { n: COMPLETIONS },
     ]);
     expect(await completionEvents(customer.organizationId)).toEqual(

@@ -50,7 +50,7 @@ async function serviceTablePrivileges(client: Client): Promise<Record<string, st
 describe("the service role's grants", () => {
   it('give every table what the service needs and no more: audit_events only SELECT and INSERT', async () => {
     const granted = await connectedAs(db.adminUrl, serviceTablePrivileges);
-    expect(Object.keys(granted)).toEqual(expect.arrayContaining(['audit_events', 'destinations', 'posts', 'rate_limits', 'webhook_deliveries']));
+    expect(Object.keys(granted)).toEqual(expect.arrayContaining(['audit_events', 'connections', 'posts', 'rate_limits', 'webhook_deliveries']));
     const needed = Object.fromEntries(Object.keys(granted).map((table) => [table, EXCEPTIONS[table] ?? READ_WRITE]));
     expect(granted).toEqual(needed);
   });

@@ -13,7 +13,7 @@ import { file_publishing_v1_access } from '../../src/gen/publishing/v1/access_pb
 import { file_publishing_v1_webhook_service } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest } from '../support/clients';
-import { approveSandboxAccount } from '../support/destinations';
+import { approveSandboxAccount } from '../support/connections';
 
 type Json = Record<string, any>;
 interface Operation {

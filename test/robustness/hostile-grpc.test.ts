@@ -24,7 +24,7 @@ import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
 import { startTestApp, type TestApp } from '../support/app';
 import { transport, type TransportName } from '../support/clients';
-import { connectSandboxAccount } from '../support/destinations';
+import { connectSandboxAccount } from '../support/connections';
 import {
   auditEventsSince,
   auditHighWater,

@@ -109,7 +109,7 @@ const nastyString = fc.oneof(
   fc.string({ unit: 'grapheme', maxLength: 20 }),
   fc.constantFrom(
     '', ' ', '\u0000', '\ud800', '\udfff\ud800', '\u202e', '\ufeff', 'NaN', 'Infinity', '-1', '1e999', '9007199254740993',
-    'true', 'null', '__proto__', 'constructor', "' or 1=1 --", '"; drop table destinations; --', '%00', '../..', '..%2f..',
+    'true', 'null', '__proto__', 'constructor', "' or 1=1 --", '"; drop table connections; --', '%00', '../..', '..%2f..',
     'https://', 'http://hooks.example.com/x', 'https://user:pw@hooks.example.com/x', 'https://hooks.example.com/#frag',
     'https://169.254.169.254/latest', 'https://[::1]/', 'javascript:alert(1)', 'webhook.test', 'Webhook.Test', 'a..b',
     'instagram', 'INSTAGRAM', 'twitter', 'tiktok', 'mastodon', 'v1..', 'v2.abc.def', 'scheduled', 'held',

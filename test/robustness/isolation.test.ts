@@ -16,7 +16,7 @@ import { PostService } from '../../src/gen/publishing/v1/post_service_pb';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest, transport } from '../support/clients';
-import { approveSandboxAccount, connectSandboxAccount } from '../support/destinations';
+import { approveSandboxAccount, connectSandboxAccount } from '../support/connections';
 import { auditEventsSince, auditHighWater, snapshotDomain, snapshotOrganization } from './support';
 
 let t: TestApp;
@@ -267,7 +267,7 @@ it("never lists another organization's ids, even with page tokens aimed at its r
   const rowsOfB = await t.orm.em
     .fork()
     .execute<{ id: string; at: string | Date }[]>(
-      `select id::text, created_at as at from destinations where organization_id = ? union all select id::text, created_at from webhook_endpoints where organization_id = ?
+      `select id::text, created_at as at from connections where organization_id = ? union all select id::text, created_at from webhook_endpoints where organization_id = ?
        union all select id::text, scheduled_at from posts where organization_id = ?`,
       [b.organizationId, b.organizationId, b.organizationId],
     );

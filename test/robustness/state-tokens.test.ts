@@ -10,7 +10,7 @@ import { createHmac, randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { StateSigner, type StatePayload } from '../../src/connections/state';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
-import { approveSandboxAccount } from '../support/destinations';
+import { approveSandboxAccount } from '../support/connections';
 import { REFUSALS, Refusal, connectionsApi, rows, type ConnectionsApi, type RefusalCode, type TransportUnderTest } from '../connections/flow-helpers';
 import { inPool, snapshotDomain, ROBUSTNESS_SEED } from './support';
 

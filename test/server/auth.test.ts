@@ -5,11 +5,11 @@ import { ConnectionService } from '../../src/gen/publishing/v1/connection_servic
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
 import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
-import { ApiKeySchema, DestinationSchema } from '../../src/db';
+import { ApiKeySchema, ConnectionSchema } from '../../src/db';
 import { revokeApiKey } from '../../src/auth';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest, type TransportName } from '../support/clients';
-import { connectSandboxAccount } from '../support/destinations';
+import { connectSandboxAccount } from '../support/connections';
 import { within } from '../support/within';
 
 const RPC_TRANSPORTS: TransportName[] = ['grpc', 'connect', 'grpc-web'];
@@ -209,7 +209,7 @@ describe('organizations are isolated', () => {
 
   it("refuses to confirm or disable another organization's connection with 404 CONNECTION_NOT_FOUND", async () => {
     const em = t.orm.em.fork();
-    const before = await em.findOneOrFail(DestinationSchema, { id: foreignId });
+    const before = await em.findOneOrFail(ConnectionSchema, { id: foreignId });
     const snapshot = { status: before.status, verifiedAt: before.verifiedAt, disableReason: before.disableReason, updatedAt: before.updatedAt };
     expect(snapshot.status).toBe('connected');
 
@@ -229,7 +229,7 @@ describe('organizations are isolated', () => {
       });
     }
 
-    const after = await t.orm.em.fork().findOneOrFail(DestinationSchema, { id: foreignId });
+    const after = await t.orm.em.fork().findOneOrFail(ConnectionSchema, { id: foreignId });
     expect({ status: after.status, verifiedAt: after.verifiedAt, disableReason: after.disableReason, updatedAt: after.updatedAt }).toEqual(snapshot);
   });
 

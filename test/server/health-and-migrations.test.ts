@@ -15,7 +15,7 @@ const CORE_TABLES = [
   'organizations',
   'users',
   'api_keys',
-  'destinations',
+  'connections',
   'connection_attempts',
   'posts',
   'webhook_endpoints',

@@ -6,10 +6,10 @@ import { createRequestContextInterceptor } from '../../src/server/request-contex
 import { createLogger } from '../../src/config/logger';
 import { apiError } from '../../src/errors';
 import type { MikroORM } from '../../src/db';
-import { DestinationSchema } from '../../src/db';
+import { ConnectionSchema } from '../../src/db';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest } from '../support/clients';
-import { connectSandboxAccount } from '../support/destinations';
+import { connectSandboxAccount } from '../support/connections';
 
 const MAX_BODY_BYTES = 2048;
 
@@ -113,7 +113,7 @@ describe('request bodies', () => {
       body: { confirmIdentity: 'yes' },
     });
     expectError(confirm, 400, 'INVALID_ARGUMENT');
-    const row = await t.orm.em.fork().findOneOrFail(DestinationSchema, { id: connection.id });
+    const row = await t.orm.em.fork().findOneOrFail(ConnectionSchema, { id: connection.id });
     expect(row.status).toBe('connected');
   });
 

@@ -4,7 +4,7 @@ import { ConnectionService, ListConnectionsResponseSchema } from '../../src/gen/
 import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest, type TransportName } from '../support/clients';
-import { connectSandboxAccount } from '../support/destinations';
+import { connectSandboxAccount } from '../support/connections';
 
 const RPC_TRANSPORTS: TransportName[] = ['grpc', 'connect', 'grpc-web'];
 
