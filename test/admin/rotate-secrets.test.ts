@@ -1,12 +1,23 @@
-import { spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import path from 'node:path';
+import { main } from '../../src/admin/cli';
 import { startTestApp, type TestApp } from '../support/app';
 import { rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver } from '../support/https-receiver';
 
-const ROOT = path.resolve(__dirname, '../..');
+
+/** `npm run admin -- rotate-secrets --json` with these variables; the answer parsed. */
+async function rotateSecrets(env: Record<string, string>): Promise<unknown> {
+  let stdout = '';
+  let stderr = '';
+  const status = await main(['rotate-secrets', '--json'], {
+    stdout: { write: (text: string) => (stdout += text) },
+    stderr: { write: (text: string) => (stderr += text) },
+    env: { ...process.env, NODE_ENV: 'test', ...env },
+  });
+  expect({ status, stderr }).toEqual({ status: 0, stderr: '' });
+  return JSON.parse(stdout);
+}
 const OLD = `k1:${randomBytes(32).toString('base64')}`;
 const NEW = `k2:${randomBytes(32).toString('base64')}`;
 
@@ -33,13 +44,7 @@ describe('rotating the key that encrypts signing secrets', () => {
     await before.app.close();
     before.app.close = async () => undefined;
 
-    const run = spawnSync(process.execPath, [require.resolve('tsx/cli'), 'src/admin/cli.ts', 'rotate-secrets', '--json'], {
-      cwd: ROOT,
-      env: { ...process.env, NODE_ENV: 'test', DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: `${NEW},${OLD}` },
-      encoding: 'utf8',
-    });
-    expect(run.status).toBe(0);
-    expect(JSON.parse(run.stdout)).toEqual({ currentKeyId: 'k2', rotated: 3 });
+    expect(await rotateSecrets({ DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: `${NEW},${OLD}` })).toEqual({ currentKeyId: 'k2', rotated: 3 });
 
     after = await startTestApp({ ...env, SECRET_ENCRYPTION_KEYS: NEW }, { databaseUrl });
     const rotated = await after.orm.em.fork().execute<{ secret_key_id: string }[]>('select secret_key_id from webhook_endpoints');
@@ -53,12 +58,7 @@ describe('rotating the key that encrypts signing secrets', () => {
     const ts = request!.headers['x-service-timestamp'] as string;
     expect(request!.headers['x-service-signature']).toBe(createHmac('sha256', first.signingSecret).update(`${ts}.${request!.rawBody}`).digest('hex'));
 
-    const again = spawnSync(process.execPath, [require.resolve('tsx/cli'), 'src/admin/cli.ts', 'rotate-secrets', '--json'], {
-      cwd: ROOT,
-      env: { ...process.env, NODE_ENV: 'test', DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: NEW },
-      encoding: 'utf8',
-    });
-    expect(JSON.parse(again.stdout)).toEqual({ currentKeyId: 'k2', rotated: 0 });
+    expect(await rotateSecrets({ DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: NEW })).toEqual({ currentKeyId: 'k2', rotated: 0 });
     await receiver.close();
     await after.close();
     await before.close();
