@@ -7,6 +7,7 @@ import { hashKey, PERMISSIONS } from '../../src/auth';
 import { main } from '../../src/admin/cli';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest } from '../support/clients';
+import { within } from '../support/within';
 
 const ROOT = path.resolve(__dirname, '../..');
 
@@ -85,8 +86,10 @@ describe('admin CLI', () => {
 
     expect(await adminJson('revoke-key', '--key', tenant.keyId)).toEqual({ keyId: tenant.keyId, revoked: true });
 
-    const refused = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey });
-    expect({ status: refused.status, code: refused.body.code }).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
+    // The app caches keys; the revocation reaches it as a PostgreSQL notice, milliseconds after the commit.
+    let refused: Awaited<ReturnType<typeof rest>> | undefined;
+    await within(2_000, async () => (refused = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey })).status === 401);
+    expect({ status: refused?.status, code: refused?.body.code }).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
     const viaGrpc = await client(ConnectionService, t.url, 'grpc', tenant.apiKey).listConnections({}).catch((error: unknown) => ConnectError.from(error));
     expect(viaGrpc).toBeInstanceOf(ConnectError);
     expect((viaGrpc as ConnectError).code).toBe(Code.Unauthenticated);
