@@ -30,5 +30,20 @@ if [ ! -f "$gen_stamp" ] || [ -n "$(find "$root/proto" "$root/third_party/proto"
   touch "$gen_stamp"
 fi
 
+# The CLIs run as compiled JavaScript (starting in a fraction of the time a TypeScript
+# compile at every call takes): rebuild when a source is newer than the build. Only this
+# package's code is bundled, and "sideEffects": false lets the bundle leave out the modules
+# a CLI never uses (and their dependencies: Temporal, Connect's server) instead of loading
+# them at every start. Written aside and moved, so a CLI starting meanwhile never reads half a file.
+cli_stamp="$root/dist/.stamp"
+if [ ! -f "$cli_stamp" ] || [ -n "$(find "$root/src" "$root/package.json" -newer "$cli_stamp" -print -quit)" ]; then
+  build="$root/dist/.build-$$"
+  (cd "$root" && esbuild admin=src/admin/cli-main.ts operator=src/operator/cli-main.ts --bundle --platform=node \
+    --format=cjs --target=node24 --packages=external --log-level=warning --outdir="$build" >&2)
+  mv -f "$build"/*.js "$root/dist/"
+  rmdir "$build"
+  touch "$cli_stamp"
+fi
+
 cd "$root"
 exec "$@"

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
-import { loadConfig } from '../config';
+import { loadConfig, type Config } from '../config';
 import { createLogger } from '../config/logger';
-import { openDatabase, migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager, type MikroORM } from '../db';
+import { openDatabase, migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
 import { SecretBox, rotateSigningSecrets } from '../webhooks';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 
@@ -32,7 +32,7 @@ function needId(values: Record<string, unknown>, name: string): string {
   return value;
 }
 
-async function run(command: string, values: Record<string, string | boolean | undefined>, em: EntityManager): Promise<Record<string, unknown>> {
+async function run(command: string, values: Record<string, string | boolean | undefined>, em: EntityManager, config: Config): Promise<Record<string, unknown>> {
   switch (command) {
     case 'create-org': {
       const plan = need(values, 'plan');
@@ -77,7 +77,6 @@ async function run(command: string, values: Record<string, string | boolean | un
       return { keyId: values.key, revoked: true };
     }
     case 'rotate-secrets': {
-      const config = loadConfig();
       const secrets = new SecretBox(config.secretKeys, config.currentSecretKeyId);
       const rotated = await rotateSigningSecrets(em, secrets);
       return { currentKeyId: secrets.currentKeyId, rotated };
@@ -112,49 +111,56 @@ function parseCommandLine(argv: string[]) {
   });
 }
 
-async function main(argv: string[]): Promise<number> {
+/** Where a run reads its environment and writes its output: the process's own, or a test's. */
+export interface CliIo {
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+  env: NodeJS.ProcessEnv;
+}
+
+/** Runs one command and returns the exit code: 0 done, 1 failed, 2 bad usage (nothing written). */
+export async function main(argv: string[], io: CliIo): Promise<number> {
   let parsed: ReturnType<typeof parseCommandLine>;
   try {
     parsed = parseCommandLine(argv);
   } catch (error) {
     // Unknown options and missing option values are usage mistakes, like an unknown plan.
-    process.stderr.write(`admin: ${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    io.stderr.write(`admin: ${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
     return 2;
   }
   const { positionals, values } = parsed;
   const [command] = positionals;
   if (!command || values.help) {
-    process.stdout.write(USAGE);
+    io.stdout.write(USAGE);
     return command ? 0 : 2;
   }
-  const config = loadConfig();
-  const logger = createLogger(values.json ? 'warn' : config.logLevel);
-  const database = await resolveDatabaseUrl(config.databaseUrl, logger);
-  let orm: MikroORM | undefined;
   try {
-    await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
-    orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
-    const result = await run(command, values, orm.em.fork());
-    if (values.json) process.stdout.write(`${JSON.stringify(result)}\n`);
-    else for (const [name, value] of Object.entries(result)) process.stdout.write(`${name}: ${String(value)}\n`);
-    if ('apiKey' in result && !values.json) process.stdout.write('The API key is shown once; store it now.\n');
-    return 0;
+    const config = loadConfig(io.env);
+    // Logs go to stderr: stdout carries only the answer, so `--json | jq` reads nothing else.
+    const logger = createLogger(values.json ? 'warn' : config.logLevel, io.stderr);
+    const database = await resolveDatabaseUrl(config.databaseUrl, logger);
+    try {
+      // Migrations run as the owner role; the service role that runs the command cannot.
+      await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
+      const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+      try {
+        const result = await run(command, values, orm.em.fork(), config);
+        if (values.json) io.stdout.write(`${JSON.stringify(result)}\n`);
+        else for (const [name, value] of Object.entries(result)) io.stdout.write(`${name}: ${String(value)}\n`);
+        if ('apiKey' in result && !values.json) io.stdout.write('The API key is shown once; store it now.\n');
+        return 0;
+      } finally {
+        await orm.close();
+      }
+    } finally {
+      await database.stop();
+    }
   } catch (error) {
     if (error instanceof UsageError) {
-      process.stderr.write(`admin: ${error.message}\n\n${USAGE}`);
+      io.stderr.write(`admin: ${error.message}\n\n${USAGE}`);
       return 2;
     }
-    throw error;
-  } finally {
-    await orm?.close();
-    await database.stop();
+    io.stderr.write(`admin: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 1;
   }
 }
-
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (error: unknown) => {
-    process.stderr.write(`admin: ${error instanceof Error ? error.message : String(error)}\n`);
-    process.exit(1);
-  },
-);

@@ -74,6 +74,7 @@ export class ConfigError extends Error {
 
 const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
 const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
+const DEV_SECRET_KEY_ID = 'dev';
 const DEV_OPERATOR_TOKEN = 'development-operator-token';
 
 type Env = Record<string, string | undefined>;
@@ -143,9 +144,13 @@ export function loadConfig(env: Env = process.env): Config {
     }
   } else if (production) {
     problems.push('SECRET_ENCRYPTION_KEYS must be set in production');
-  } else {
-    currentSecretKeyId = 'dev';
-    secretKeys.set('dev', createHash('sha256').update(DEV_SECRET_KEY).digest());
+  }
+  // Outside production the development key always decrypts, so secrets sealed before the
+  // first SECRET_ENCRYPTION_KEYS was set still open and `rotate-secrets` moves them on.
+  // It encrypts only when no key is configured; production never knows it.
+  if (!production && !secretKeys.has(DEV_SECRET_KEY_ID)) {
+    secretKeys.set(DEV_SECRET_KEY_ID, createHash('sha256').update(DEV_SECRET_KEY).digest());
+    currentSecretKeyId ||= DEV_SECRET_KEY_ID;
   }
 
   let provider: ProviderConfig = { kind: 'sandbox' };

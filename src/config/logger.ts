@@ -1,15 +1,16 @@
-import pino, { type Logger } from 'pino';
+import pino, { type DestinationStream, type Logger } from 'pino';
 
 export type { Logger };
 
-/** Structured JSON logs. Header values that carry credentials are never written. */
-export function createLogger(level: string): Logger {
-  return pino({
+/** Structured JSON logs (to stdout unless told otherwise). Header values that carry credentials are never written. */
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  const options = {
     level,
     base: { service: 'publishing-connections' },
     redact: {
       paths: ['authorization', '*.authorization', 'headers.authorization', 'secret', '*.secret', 'signingSecret'],
       censor: '[redacted]',
     },
-  });
+  };
+  return destination ? pino(options, destination) : pino(options);
 }

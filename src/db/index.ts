@@ -3,6 +3,6 @@ export { OWNER_ROLE, SERVICE_ROLE, ensureRole, ensureServiceRoles, serviceRolePr
 export { entityManagerKey, entityManagerOf } from './context';
 export * from './entities';
 export { isUniqueViolation, isDatabaseUnavailable } from './errors';
-export { resolveDatabaseUrl } from './resolve';
+export { resolveDatabaseUrl, EmbeddedDatabaseBusyError, type ResolvedDatabase } from './resolve';
 export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, LAST_INSTANT_MS, type Cursor } from './pagination';
 export { isUuid } from './ids';

@@ -1,5 +1,7 @@
+import { mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'pg';
 import type { Logger } from '../config/logger';
 import { POOL_SIZE } from './orm';
@@ -18,8 +20,27 @@ export interface ResolvedDatabase {
   stop(): Promise<void>;
 }
 
+/**
+ * What a process does when another one already holds the embedded database. The service
+ * must hold it itself: its API, its delivery engine and every other process depend on it
+ * for as long as it runs. A CLI borrows the running service's server for one command.
+ */
+export type EmbeddedAccess = 'own' | 'join';
+
+export interface ResolveOptions {
+  dataDir?: string;
+  local?: { host: string; port: number };
+  embedded?: EmbeddedAccess;
+  /** How long a joining process waits for an owner that is still starting. */
+  ownerStartTimeoutMs?: number;
+}
+
 const LOCAL = { host: '127.0.0.1', port: 5432 };
 const DEV_DATABASE = 'publishing_dev';
+/** Every connection shares the one PGlite session, so more sockets cost nothing but a file descriptor each. */
+const EMBEDDED_MAX_CONNECTIONS = 32;
+const OWNER_POOL_MAX = 4;
+const JOINER_POOL_MAX = 2;
 
 function answers(host: string, port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -38,15 +59,16 @@ function answers(host: string, port: number): Promise<boolean> {
 /**
  * DATABASE_URL when set. Otherwise (development only) a local PostgreSQL on
  * 127.0.0.1:5432 if one answers, with its own database; else embedded PGlite served
- * over the Postgres wire protocol from `.data/pglite`, which is single-writer and meant
- * for trying the service out, not for load.
+ * over the Postgres wire protocol from `<dataDir>/pglite`, which is single-writer and
+ * meant for trying the service out, not for load.
+ *
+ * One process at a time opens the PGlite directory: two copies of one database on disk
+ * would each see only their own writes. The owner records its pid and its server's
+ * address in `<dataDir>/pglite.lock`; another process reads it and connects to that
+ * server (`join`), or refuses with the owner's pid (`own`).
  */
-export async function resolveDatabaseUrl(
-  configured: string,
-  logger: Logger,
-  dataDir = '.data',
-  local: { host: string; port: number } = LOCAL,
-): Promise<ResolvedDatabase> {
+export async function resolveDatabaseUrl(configured: string, logger: Logger, options: ResolveOptions = {}): Promise<ResolvedDatabase> {
+  const { dataDir = '.data', local = LOCAL, embedded = 'join', ownerStartTimeoutMs = 60_000 } = options;
   if (configured) {
     logger.info({ database: redact(configured) }, 'using DATABASE_URL');
     return { url: configured, migrationUrl: configured, poolMax: POOL_SIZE, embedded: false, stop: async () => undefined };
@@ -74,26 +96,144 @@ export async function resolveDatabaseUrl(
       await admin.end().catch(() => undefined);
     }
   }
-  const { PGlite } = await import('@electric-sql/pglite');
-  const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
-  const db = await PGlite.create(path.resolve(dataDir, 'pglite'));
-  // PGlite has one user, so the split cannot hold here; the roles exist for the migrations' grants.
-  await ensureServiceRoles(db, { login: false });
-  const maxConnections = 4;
-  const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections });
-  await server.start();
-  const url = `postgres://postgres@${server.getServerConn()}/postgres`;
-  logger.info({ database: url, dataDir }, 'no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
-  return {
-    url,
-    migrationUrl: url,
-    poolMax: maxConnections,
-    embedded: true,
-    stop: async () => {
-      await server.stop();
-      await db.close();
-    },
+  return embeddedDatabase(path.resolve(dataDir), logger, embedded, ownerStartTimeoutMs);
+}
+
+interface OwnerRecord {
+  pid: number;
+  /** host:port of the owner's server; absent while the owner is still starting it. */
+  address?: string;
+}
+
+export class EmbeddedDatabaseBusyError extends Error {}
+
+async function embeddedDatabase(dataDir: string, logger: Logger, access: EmbeddedAccess, ownerStartTimeoutMs: number): Promise<ResolvedDatabase> {
+  mkdirSync(dataDir, { recursive: true });
+  const lockPath = path.join(dataDir, 'pglite.lock');
+  const deadline = Date.now() + ownerStartTimeoutMs;
+  for (;;) {
+    const owner = claimOrReadOwner(lockPath);
+    if (owner === 'claimed') return serveEmbedded(dataDir, lockPath, logger);
+    if (access === 'own') {
+      throw new EmbeddedDatabaseBusyError(
+        `the embedded database in ${path.join(dataDir, 'pglite')} is in use by process ${owner.pid}; ` +
+          'stop that process first, or set DATABASE_URL to a PostgreSQL',
+      );
+    }
+    if (owner.address) return joinEmbedded(owner as Required<OwnerRecord>, lockPath, logger);
+    if (Date.now() > deadline) {
+      throw new EmbeddedDatabaseBusyError(`process ${owner.pid} holds ${lockPath} but has not started the embedded database server`);
+    }
+    await sleep(100);
+  }
+}
+
+/** Takes the lock file if no live process holds it; otherwise says who does. */
+function claimOrReadOwner(lockPath: string): 'claimed' | OwnerRecord {
+  for (;;) {
+    try {
+      writeFileSync(lockPath, JSON.stringify({ pid: process.pid } satisfies OwnerRecord), { flag: 'wx' });
+      return 'claimed';
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    const raw = readLock(lockPath);
+    if (raw === undefined) continue;
+    const owner = parseOwner(raw);
+    if (owner && isAlive(owner.pid)) return owner;
+    // The owner died without removing its lock (SIGKILL, a crash). Another process may have
+    // cleared it and claimed it since the read, so only the very record read goes.
+    if (readLock(lockPath) === raw) unlinkQuietly(lockPath);
+  }
+}
+
+function readLock(lockPath: string): string | undefined {
+  try {
+    return readFileSync(lockPath, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw error;
+  }
+}
+
+function parseOwner(raw: string): OwnerRecord | undefined {
+  try {
+    const value = JSON.parse(raw) as Partial<OwnerRecord>;
+    return Number.isInteger(value.pid) ? { pid: value.pid!, address: typeof value.address === 'string' ? value.address : undefined } : undefined;
+  } catch {
+    // A half-written record: its writer is still at work, or died in the middle.
+    return undefined;
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function unlinkQuietly(file: string): void {
+  try {
+    unlinkSync(file);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
+}
+
+async function serveEmbedded(dataDir: string, lockPath: string, logger: Logger): Promise<ResolvedDatabase> {
+  const release = () => {
+    const owner = parseOwner(readLock(lockPath) ?? '');
+    if (owner?.pid === process.pid) unlinkQuietly(lockPath);
   };
+  // A process that ends without stop() (an uncaught error, process.exit) leaves no lock behind.
+  process.once('exit', release);
+  try {
+    const { PGlite } = await import('@electric-sql/pglite');
+    const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
+    const db = await PGlite.create(path.join(dataDir, 'pglite'));
+    // PGlite has one user, so the split cannot hold here; the roles exist for the migrations' grants.
+    await ensureServiceRoles(db, { login: false });
+    const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: EMBEDDED_MAX_CONNECTIONS });
+    await server.start();
+    const address = server.getServerConn();
+    // Written aside and renamed, so a reader sees the old record or the new one, never half of one.
+    const pending = `${lockPath}.${process.pid}`;
+    writeFileSync(pending, JSON.stringify({ pid: process.pid, address } satisfies OwnerRecord));
+    renameSync(pending, lockPath);
+    const url = `postgres://postgres@${address}/postgres`;
+    logger.info({ database: url, dataDir }, 'no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
+    return {
+      url,
+      migrationUrl: url,
+      poolMax: OWNER_POOL_MAX,
+      embedded: true,
+      stop: async () => {
+        await server.stop();
+        await db.close();
+        release();
+        process.removeListener('exit', release);
+      },
+    };
+  } catch (error) {
+    release();
+    process.removeListener('exit', release);
+    throw error;
+  }
+}
+
+async function joinEmbedded(owner: Required<OwnerRecord>, lockPath: string, logger: Logger): Promise<ResolvedDatabase> {
+  const colon = owner.address.lastIndexOf(':');
+  if (!(await answers(owner.address.slice(0, colon), Number(owner.address.slice(colon + 1))))) {
+    throw new EmbeddedDatabaseBusyError(
+      `process ${owner.pid} holds the embedded database (${lockPath}) but its server at ${owner.address} does not answer`,
+    );
+  }
+  const url = `postgres://postgres@${owner.address}/postgres`;
+  logger.info({ database: url, ownerPid: owner.pid }, 'no DATABASE_URL and no local PostgreSQL: using the embedded PGlite served by another process');
+  return { url, migrationUrl: url, poolMax: JOINER_POOL_MAX, embedded: true, stop: async () => undefined };
 }
 
 function redact(url: string): string {

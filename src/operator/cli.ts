@@ -83,38 +83,6 @@ function parseCommandLine(argv: string[]) {
   });
 }
 
-/** Options each command takes besides --json and --help; anything else is a usage mistake. */
-const COMMANDS: Record<string, readonly string[]> = {
-  'kill-switch get': ['org'],
-  'kill-switch on': ['org', 'reason'],
-  'kill-switch off': ['org', 'reason'],
-  'dead-letters': ['org', 'endpoint', 'since', 'until', 'limit'],
-  audit: ['org', 'action', 'since', 'until', 'limit'],
-  'set-quota': ['org', 'monthly'],
-};
-
-function commandOf(positionals: string[]): string {
-  const [first, second, ...rest] = positionals;
-  if (first === 'kill-switch') {
-    if (!second) throw new UsageError('kill-switch needs get, on or off');
-    if (!['get', 'on', 'off'].includes(second)) throw new UsageError(`unknown kill-switch command "${second}" (get, on or off)`);
-    if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"`);
-    return `kill-switch ${second}`;
-  }
-  if (!first) throw new UsageError('a command is required');
-  if (!Object.hasOwn(COMMANDS, first) || first.startsWith('kill-switch')) throw new UsageError(`unknown command "${first}"`);
-  if (second !== undefined) throw new UsageError(`unexpected argument "${second}"`);
-  return first;
-}
-
-function checkOptions(command: string, values: Values): void {
-  const allowed = COMMANDS[command] ?? [];
-  for (const [name, value] of Object.entries(values)) {
-    if (value === undefined || name === 'json' || name === 'help') continue;
-    if (!allowed.includes(name)) throw new UsageError(`${command} takes no --${name}`);
-  }
-}
-
 function text(values: Values, name: 'org' | 'reason' | 'endpoint' | 'action' | 'since' | 'until' | 'limit' | 'monthly'): string | undefined {
   const value = values[name];
   if (value === undefined) return undefined;
@@ -236,68 +204,115 @@ function auditOutput(events: AuditEvent[]): Output {
   return { json: events.map((e) => json(AuditEventSchema, e)), text: `${text}\n` };
 }
 
-async function run(command: string, values: Values, operator: OperatorClient): Promise<Output> {
-  switch (command) {
-    case 'kill-switch get': {
-      const answer = await operator.getKillSwitch({ organizationId: id(values, 'org') });
-      return killSwitchOutput(answer.killSwitch);
-    }
-    case 'kill-switch on':
-    case 'kill-switch off': {
-      const enabled = command === 'kill-switch on';
+type OptionName = Exclude<keyof Values, 'json' | 'help'>;
+
+interface Command {
+  /** Options it takes besides --json and --help; any other is a usage mistake. */
+  options: readonly OptionName[];
+  /**
+   * Reads and checks every option, throwing a UsageError before anything is sent, and
+   * returns the call to make.
+   */
+  prepare(values: Values): (operator: OperatorClient) => Promise<Output>;
+}
+
+function killSwitchCommand(enabled: boolean): Command {
+  return {
+    options: ['org', 'reason'],
+    prepare(values) {
+      const organizationId = id(values, 'org');
       const reason = enabled ? need(values, 'reason') : (text(values, 'reason') ?? '');
-      const answer = await operator.setKillSwitch({ organizationId: id(values, 'org'), enabled, reason });
-      return killSwitchOutput(answer.killSwitch);
-    }
-    case 'dead-letters': {
+      return async (operator) => killSwitchOutput((await operator.setKillSwitch({ organizationId, enabled, reason })).killSwitch);
+    },
+  };
+}
+
+/** The commands; a name of two words is a verb of a group (`kill-switch get`). */
+const COMMANDS: Record<string, Command> = {
+  'kill-switch get': {
+    options: ['org'],
+    prepare(values) {
+      const organizationId = id(values, 'org');
+      return async (operator) => killSwitchOutput((await operator.getKillSwitch({ organizationId })).killSwitch);
+    },
+  },
+  'kill-switch on': killSwitchCommand(true),
+  'kill-switch off': killSwitchCommand(false),
+  'dead-letters': {
+    options: ['org', 'endpoint', 'since', 'until', 'limit'],
+    prepare(values) {
       const filter = { organizationId: id(values, 'org'), endpointId: id(values, 'endpoint'), ...range(values) };
-      const deadLetters = await collect(limit(values), async (pageSize, pageToken) => {
-        const answer = await operator.listDeadLetters({ ...filter, pageSize, pageToken });
-        return { items: answer.deadLetters, next: answer.nextPageToken };
-      });
-      return deadLettersOutput(deadLetters);
-    }
-    case 'audit': {
+      const wanted = limit(values);
+      return async (operator) => {
+        const deadLetters = await collect(wanted, async (pageSize, pageToken) => {
+          const answer = await operator.listDeadLetters({ ...filter, pageSize, pageToken });
+          return { items: answer.deadLetters, next: answer.nextPageToken };
+        });
+        return deadLettersOutput(deadLetters);
+      };
+    },
+  },
+  audit: {
+    options: ['org', 'action', 'since', 'until', 'limit'],
+    prepare(values) {
       const filter = { organizationId: id(values, 'org'), action: text(values, 'action') ?? '', ...range(values) };
-      const events = await collect(limit(values), async (pageSize, pageToken) => {
-        const answer = await operator.queryAuditEvents({ ...filter, pageSize, pageToken });
-        return { items: answer.events, next: answer.nextPageToken };
-      });
-      return auditOutput(events);
-    }
-    case 'set-quota': {
+      const wanted = limit(values);
+      return async (operator) => {
+        const events = await collect(wanted, async (pageSize, pageToken) => {
+          const answer = await operator.queryAuditEvents({ ...filter, pageSize, pageToken });
+          return { items: answer.events, next: answer.nextPageToken };
+        });
+        return auditOutput(events);
+      };
+    },
+  },
+  'set-quota': {
+    options: ['org', 'monthly'],
+    prepare(values) {
       const organizationId = id(values, 'org', true);
       const monthlyDeliveries = monthly(values);
-      const answer = await operator.setDeliveryQuota({ organizationId, monthlyDeliveries });
-      return {
-        json: json(SetDeliveryQuotaResponseSchema, answer),
-        text: `organization ${answer.organizationId}: ${answer.monthlyDeliveries} deliveries per calendar month (UTC)\n`,
+      return async (operator) => {
+        const answer = await operator.setDeliveryQuota({ organizationId, monthlyDeliveries });
+        return {
+          json: json(SetDeliveryQuotaResponseSchema, answer),
+          text: `organization ${answer.organizationId}: ${answer.monthlyDeliveries} deliveries per calendar month (UTC)\n`,
+        };
       };
-    }
-    default:
-      throw new UsageError(`unknown command "${command}"`);
+    },
+  },
+};
+
+function commandOf(positionals: string[]): { name: string; command: Command } {
+  const [first, second, ...rest] = positionals;
+  if (!first) throw new UsageError('a command is required');
+  const verbs = Object.keys(COMMANDS)
+    .filter((name) => name.startsWith(`${first} `))
+    .map((name) => name.slice(first.length + 1));
+  if (verbs.length > 0) {
+    const choices = `${verbs.slice(0, -1).join(', ')} or ${verbs.at(-1)}`;
+    if (!second) throw new UsageError(`${first} needs ${choices}`);
+    if (!verbs.includes(second)) throw new UsageError(`unknown ${first} command "${second}" (${choices})`);
+    if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"`);
+    const name = `${first} ${second}`;
+    return { name, command: COMMANDS[name]! };
   }
+  if (first.includes(' ') || !Object.hasOwn(COMMANDS, first)) throw new UsageError(`unknown command "${first}"`);
+  if (second !== undefined) throw new UsageError(`unexpected argument "${second}"`);
+  return { name: first, command: COMMANDS[first]! };
 }
 
-/** Checks every option before anything is sent, so a usage mistake never reaches the service. */
-function validate(command: string, values: Values): void {
-  checkOptions(command, values);
-  if (command.startsWith('kill-switch')) id(values, 'org');
-  if (command === 'kill-switch on') need(values, 'reason');
-  if (command === 'dead-letters' || command === 'audit') {
-    id(values, 'org');
-    if (command === 'dead-letters') id(values, 'endpoint');
-    range(values);
-    limit(values);
+/** Everything a usage mistake can be is found here, so none of them reaches the service. */
+function prepare(positionals: string[], values: Values): (operator: OperatorClient) => Promise<Output> {
+  const { name, command } = commandOf(positionals);
+  for (const [option, value] of Object.entries(values)) {
+    if (value === undefined || option === 'json' || option === 'help') continue;
+    if (!command.options.includes(option as OptionName)) throw new UsageError(`${name} takes no --${option}`);
   }
-  if (command === 'set-quota') {
-    id(values, 'org', true);
-    monthly(values);
-  }
+  return command.prepare(values);
 }
 
-function operatorUrl(): string {
-  const raw = process.env.OPERATOR_URL || DEFAULT_URL;
+function operatorUrl(env: NodeJS.ProcessEnv): string {
+  const raw = env.OPERATOR_URL || DEFAULT_URL;
   let url: URL;
   try {
     url = new URL(raw);
@@ -308,9 +323,9 @@ function operatorUrl(): string {
   return raw.replace(/\/+$/, '');
 }
 
-function operatorToken(): string {
+function operatorToken(env: NodeJS.ProcessEnv): string {
   // Read through the configuration so the development default stays defined in one place.
-  const token = process.env.OPERATOR_TOKEN || loadConfig().operatorToken;
+  const token = env.OPERATOR_TOKEN || loadConfig(env).operatorToken;
   if (token.startsWith('pk_live_')) {
     throw new UsageError('OPERATOR_TOKEN holds a customer API key; the operator service takes only the operator credential');
   }
@@ -335,50 +350,48 @@ function codeOf(error: ConnectError): string {
   return (Code[error.code] ?? 'UNKNOWN').replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase();
 }
 
-async function main(argv: string[]): Promise<number> {
+/** Where a run reads its environment and writes its output: the process's own, or a test's. */
+export interface CliIo {
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+  env: NodeJS.ProcessEnv;
+}
+
+/** Runs one command and returns the exit code (see the top of this file). */
+export async function main(argv: string[], io: CliIo): Promise<number> {
   let parsed: ReturnType<typeof parseCommandLine>;
   try {
     parsed = parseCommandLine(argv);
   } catch (error) {
-    process.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    io.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
     return 2;
   }
   const { positionals, values } = parsed;
   if (values.help) {
-    process.stdout.write(USAGE);
+    io.stdout.write(USAGE);
     return 0;
   }
-  let command: string;
+  let call: (operator: OperatorClient) => Promise<Output>;
   let operator: OperatorClient;
   try {
-    command = commandOf(positionals);
-    validate(command, values);
-    operator = operatorClient(operatorUrl(), operatorToken());
+    call = prepare(positionals, values);
+    operator = operatorClient(operatorUrl(io.env), operatorToken(io.env));
   } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`operator: ${error.message}\n\n${USAGE}`);
+    if (!(error instanceof UsageError)) {
+      io.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n`);
+      return 1;
+    }
+    io.stderr.write(`operator: ${error.message}\n\n${USAGE}`);
     return 2;
   }
   try {
-    const output = await run(command, values, operator);
-    process.stdout.write(values.json ? `${JSON.stringify(output.json)}\n` : output.text);
+    const output = await call(operator);
+    io.stdout.write(values.json ? `${JSON.stringify(output.json)}\n` : output.text);
     return 0;
   } catch (caught) {
-    if (caught instanceof UsageError) {
-      process.stderr.write(`operator: ${caught.message}\n\n${USAGE}`);
-      return 2;
-    }
     const error = ConnectError.from(caught);
     const code = codeOf(error);
-    process.stderr.write(values.json ? `${JSON.stringify({ code, message: error.rawMessage })}\n` : `operator: ${code}: ${error.rawMessage}\n`);
+    io.stderr.write(values.json ? `${JSON.stringify({ code, message: error.rawMessage })}\n` : `operator: ${code}: ${error.rawMessage}\n`);
     return 1;
   }
 }
-
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (error: unknown) => {
-    process.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n`);
-    process.exit(1);
-  },
-);

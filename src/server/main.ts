@@ -1,6 +1,6 @@
 import { loadConfig, ConfigError } from '../config';
 import { createLogger } from '../config/logger';
-import { openDatabase, migrateAs, resolveDatabaseUrl, serviceRoleProblems } from '../db';
+import { openDatabase, migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
 import { start } from './app';
 
 /** Entry point: `npm start`. Migrations run at start except in production, where `npm run migrate` does. */
@@ -16,7 +16,7 @@ async function main(): Promise<void> {
     throw error;
   }
   const logger = createLogger(config.logLevel);
-  const database = await resolveDatabaseUrl(config.databaseUrl, logger);
+  const database = await resolveDatabaseUrl(config.databaseUrl, logger, { embedded: 'own' });
   if (config.env !== 'production') {
     const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
     if (applied.length > 0) logger.info({ applied }, 'migrations applied');
@@ -48,6 +48,10 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
+  if (error instanceof EmbeddedDatabaseBusyError) {
+    process.stderr.write(`failed to start: ${error.message}\n`);
+    process.exit(1);
+  }
   process.stderr.write(`failed to start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
   process.exit(1);
 });

@@ -1,4 +1,4 @@
-import type { Pool } from 'pg';
+import type { Pool, QueryConfig } from 'pg';
 import { RateLimiterPostgres, RateLimiterRes } from 'rate-limiter-flexible';
 import { apiError } from '../errors';
 
@@ -18,7 +18,11 @@ export class WebhookRateLimiter {
 
   constructor(pool: Pool) {
     this.limiter = new RateLimiterPostgres({
-      storeClient: pool,
+      // Unnamed statements only: a named one belongs to the database session, and the
+      // embedded PGlite server puts every connection on one session, where the name a
+      // connection prepared already exists for the next one ("prepared statement ...
+      // already exists" once the pool replaced an idle connection).
+      storeClient: { query: (query: QueryConfig) => pool.query({ text: query.text, values: query.values }) },
       storeType: 'pool',
       tableName: 'rate_limits',
       tableCreated: true,

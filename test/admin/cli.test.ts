@@ -4,8 +4,10 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { ApiKeySchema, OrganizationSchema, UserSchema } from '../../src/db';
 import { hashKey, PERMISSIONS } from '../../src/auth';
+import { main } from '../../src/admin/cli';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest } from '../support/clients';
+import { within } from '../support/within';
 
 const ROOT = path.resolve(__dirname, '../..');
 
@@ -23,19 +25,20 @@ interface Run {
   stderr: string;
 }
 
-/** The admin CLI as a real process against the test app's database. */
-function admin(...args: string[]): Run {
-  const result = spawnSync(process.execPath, [require.resolve('tsx/cli'), 'src/admin/cli.ts', ...args], {
-    cwd: ROOT,
+/** The admin CLI's main, in this process, against the test app's database. */
+async function admin(...args: string[]): Promise<Run> {
+  let stdout = '';
+  let stderr = '';
+  const status = await main(args, {
+    stdout: { write: (text: string) => (stdout += text) },
+    stderr: { write: (text: string) => (stderr += text) },
     env: { ...process.env, DATABASE_URL: t.databaseUrl, NODE_ENV: 'test' },
-    encoding: 'utf8',
-    timeout: 20_000,
   });
-  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+  return { status, stdout, stderr };
 }
 
-function adminJson<T = Record<string, any>>(...args: string[]): T {
-  const run = admin(...args, '--json');
+async function adminJson<T = Record<string, any>>(...args: string[]): Promise<T> {
+  const run = await admin(...args, '--json');
   expect({ status: run.status, stderr: run.stderr }).toEqual({ status: 0, stderr: '' });
   return JSON.parse(run.stdout) as T;
 }
@@ -51,13 +54,13 @@ async function rowCounts(): Promise<Record<string, number>> {
 
 describe('admin CLI', () => {
   it('creates an organization, a user and a key whose printed secret authenticates', async () => {
-    const org = adminJson('create-org', '--name', 'Acme Bakery', '--plan', 'agency');
+    const org = await adminJson('create-org', '--name', 'Acme Bakery', '--plan', 'agency');
     expect(org).toEqual({ organizationId: expect.any(String), name: 'Acme Bakery', plan: 'agency' });
 
-    const user = adminJson('create-user', '--org', org.organizationId, '--email', 'Baker@Example.com', '--role', 'member');
+    const user = await adminJson('create-user', '--org', org.organizationId, '--email', 'Baker@Example.com', '--role', 'member');
     expect(user).toEqual({ userId: expect.any(String), organizationId: org.organizationId, email: 'baker@example.com', role: 'member' });
 
-    const key = adminJson('create-key', '--org', org.organizationId, '--user', user.userId, '--scopes', 'connections:read, connections:manage', '--name', 'ci');
+    const key = await adminJson('create-key', '--org', org.organizationId, '--user', user.userId, '--scopes', 'connections:read, connections:manage', '--name', 'ci');
     expect(key).toEqual({ keyId: expect.any(String), apiKey: expect.stringMatching(/^pk_live_[A-Za-z0-9_-]{43}$/), scopes: ['connections:read', 'connections:manage'] });
 
     const em = t.orm.em.fork();
@@ -81,21 +84,23 @@ describe('admin CLI', () => {
     const tenant = await t.tenant();
     expect((await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey })).status).toBe(200);
 
-    expect(adminJson('revoke-key', '--key', tenant.keyId)).toEqual({ keyId: tenant.keyId, revoked: true });
+    expect(await adminJson('revoke-key', '--key', tenant.keyId)).toEqual({ keyId: tenant.keyId, revoked: true });
 
-    const refused = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey });
-    expect({ status: refused.status, code: refused.body.code }).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
+    // The app caches keys; the revocation reaches it as a PostgreSQL notice, milliseconds after the commit.
+    let refused: Awaited<ReturnType<typeof rest>> | undefined;
+    await within(2_000, async () => (refused = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: tenant.apiKey })).status === 401);
+    expect({ status: refused?.status, code: refused?.body.code }).toEqual({ status: 401, code: 'API_KEY_REVOKED' });
     const viaGrpc = await client(ConnectionService, t.url, 'grpc', tenant.apiKey).listConnections({}).catch((error: unknown) => ConnectError.from(error));
     expect(viaGrpc).toBeInstanceOf(ConnectError);
     expect((viaGrpc as ConnectError).code).toBe(Code.Unauthenticated);
 
-    const again = admin('revoke-key', '--key', tenant.keyId);
+    const again = await admin('revoke-key', '--key', tenant.keyId);
     expect(again.status).toBe(2);
     expect(again.stderr).toContain('already revoked');
   });
 
   it('bootstraps an organization with an owner key that has every scope', async () => {
-    const boot = adminJson('bootstrap');
+    const boot = await adminJson('bootstrap');
     expect(boot).toEqual({
       organizationId: expect.any(String),
       userId: expect.any(String),
@@ -113,11 +118,18 @@ describe('admin CLI', () => {
     expect([401, 403]).not.toContain(webhooks.status);
   });
 
-  it('prints a key for people, with a warning that it is shown once', () => {
-    const run = admin('bootstrap');
+  it('prints a key for people, with a warning that it is shown once, as npm run admin runs it', async () => {
+    // The compiled build in a process of its own, writing into a pipe.
+    const run = spawnSync(path.join(ROOT, 'scripts/with-node.sh'), ['node', 'dist/admin.js', 'bootstrap'], {
+      cwd: ROOT,
+      env: { ...process.env, DATABASE_URL: t.databaseUrl, NODE_ENV: 'test' },
+      encoding: 'utf8',
+    });
     expect(run.status).toBe(0);
-    expect(run.stdout).toMatch(/^apiKey: pk_live_\S+$/m);
+    const printed = /^apiKey: (pk_live_\S+)$/m.exec(run.stdout);
+    expect(printed).not.toBeNull();
     expect(run.stdout).toContain('shown once');
+    expect((await rest(t.url, 'GET', '/api/v1/connections', { apiKey: printed![1]! })).status).toBe(200);
   });
 
   describe('refuses bad input with exit code 2, a clear message and no rows written', () => {
@@ -145,7 +157,7 @@ describe('admin CLI', () => {
 
     it.each(cases)('$name', async ({ args, message }) => {
       const before = await rowCounts();
-      const run = admin(...args(), '--json');
+      const run = await admin(...args(), '--json');
       expect(run.status).toBe(2);
       expect(run.stderr).toMatch(message);
       expect(run.stderr).toContain('usage:');
@@ -154,10 +166,10 @@ describe('admin CLI', () => {
     });
 
     it('refuses a second user with the same email in one organization', async () => {
-      const first = admin('create-user', '--org', tenant.organizationId, '--email', 'twin@example.com', '--role', 'member', '--json');
+      const first = await admin('create-user', '--org', tenant.organizationId, '--email', 'twin@example.com', '--role', 'member', '--json');
       expect(first.status).toBe(0);
       const before = await rowCounts();
-      const second = admin('create-user', '--org', tenant.organizationId, '--email', 'TWIN@example.com', '--role', 'viewer', '--json');
+      const second = await admin('create-user', '--org', tenant.organizationId, '--email', 'TWIN@example.com', '--role', 'viewer', '--json');
       expect(second.status).toBe(2);
       expect(second.stderr).toMatch(/already a user/);
       expect(await rowCounts()).toEqual(before);

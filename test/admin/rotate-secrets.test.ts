@@ -1,12 +1,24 @@
-import { spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import path from 'node:path';
+import { main } from '../../src/admin/cli';
+import { loadConfig } from '../../src/config';
 import { startTestApp, type TestApp } from '../support/app';
 import { rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver } from '../support/https-receiver';
 
-const ROOT = path.resolve(__dirname, '../..');
+
+/** `npm run admin -- rotate-secrets --json` with these variables; the answer parsed. */
+async function rotateSecrets(env: Record<string, string>): Promise<unknown> {
+  let stdout = '';
+  let stderr = '';
+  const status = await main(['rotate-secrets', '--json'], {
+    stdout: { write: (text: string) => (stdout += text) },
+    stderr: { write: (text: string) => (stderr += text) },
+    env: { ...process.env, NODE_ENV: 'test', ...env },
+  });
+  expect({ status, stderr }).toEqual({ status: 0, stderr: '' });
+  return JSON.parse(stdout);
+}
 const OLD = `k1:${randomBytes(32).toString('base64')}`;
 const NEW = `k2:${randomBytes(32).toString('base64')}`;
 
@@ -33,13 +45,7 @@ describe('rotating the key that encrypts signing secrets', () => {
     await before.app.close();
     before.app.close = async () => undefined;
 
-    const run = spawnSync(process.execPath, [require.resolve('tsx/cli'), 'src/admin/cli.ts', 'rotate-secrets', '--json'], {
-      cwd: ROOT,
-      env: { ...process.env, NODE_ENV: 'test', DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: `${NEW},${OLD}` },
-      encoding: 'utf8',
-    });
-    expect(run.status).toBe(0);
-    expect(JSON.parse(run.stdout)).toEqual({ currentKeyId: 'k2', rotated: 3 });
+    expect(await rotateSecrets({ DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: `${NEW},${OLD}` })).toEqual({ currentKeyId: 'k2', rotated: 3 });
 
     after = await startTestApp({ ...env, SECRET_ENCRYPTION_KEYS: NEW }, { databaseUrl });
     const rotated = await after.orm.em.fork().execute<{ secret_key_id: string }[]>('select secret_key_id from webhook_endpoints');
@@ -53,15 +59,59 @@ describe('rotating the key that encrypts signing secrets', () => {
     const ts = request!.headers['x-service-timestamp'] as string;
     expect(request!.headers['x-service-signature']).toBe(createHmac('sha256', first.signingSecret).update(`${ts}.${request!.rawBody}`).digest('hex'));
 
-    const again = spawnSync(process.execPath, [require.resolve('tsx/cli'), 'src/admin/cli.ts', 'rotate-secrets', '--json'], {
-      cwd: ROOT,
-      env: { ...process.env, NODE_ENV: 'test', DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: NEW },
-      encoding: 'utf8',
-    });
-    expect(JSON.parse(again.stdout)).toEqual({ currentKeyId: 'k2', rotated: 0 });
+    expect(await rotateSecrets({ DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: NEW })).toEqual({ currentKeyId: 'k2', rotated: 0 });
     await receiver.close();
     await after.close();
     await before.close();
     after = undefined;
+  });
+
+  it('moves secrets off the development key when the first SECRET_ENCRYPTION_KEYS lists only the new key', async () => {
+    const tls = await makeTestTls();
+    const env = { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '50' };
+    // No SECRET_ENCRYPTION_KEYS: the development default.
+    const dev = await startTestApp(env);
+    const receiver = await startHttpsReceiver({ tls });
+    let rotatedApp: TestApp | undefined;
+    try {
+      const tenant = await dev.tenant();
+      const created = await rest(dev.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/in` } });
+      expect(created.status).toBe(200);
+      const databaseUrl = dev.databaseUrl;
+      expect(await dev.orm.em.fork().execute('select secret_key_id from webhook_endpoints')).toEqual([{ secret_key_id: 'dev' }]);
+      await dev.app.close();
+      dev.app.close = async () => undefined;
+
+      // The README's recipe: the new key alone, then rotate-secrets.
+      expect(await rotateSecrets({ DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: NEW })).toEqual({ currentKeyId: 'k2', rotated: 1 });
+
+      rotatedApp = await startTestApp({ ...env, SECRET_ENCRYPTION_KEYS: NEW }, { databaseUrl });
+      expect(await rotatedApp.orm.em.fork().execute('select secret_key_id from webhook_endpoints')).toEqual([{ secret_key_id: 'k2' }]);
+      const test = await rest(rotatedApp.url, 'POST', `/api/v1/webhooks/${created.body.endpoint.id}/test`, { apiKey: tenant.apiKey });
+      expect(test.status).toBe(200);
+      const [request] = await receiver.waitForRequests(1, 5000);
+      const ts = request!.headers['x-service-timestamp'] as string;
+      expect(request!.headers['x-service-signature']).toBe(
+        createHmac('sha256', created.body.signingSecret).update(`${ts}.${request!.rawBody}`).digest('hex'),
+      );
+    } finally {
+      await receiver.close();
+      await rotatedApp?.close();
+      await dev.close();
+    }
+  });
+
+  it('never knows the development key in production', () => {
+    const config = loadConfig({
+      NODE_ENV: 'production',
+      DATABASE_URL: 'postgres://service@db.example/app',
+      STATE_SIGNING_KEY: randomBytes(32).toString('hex'),
+      OPERATOR_TOKEN: randomBytes(32).toString('hex'),
+      SECRET_ENCRYPTION_KEYS: NEW,
+      COMPOSIO_API_KEY: 'composio-key',
+      COMPOSIO_AUTH_CONFIG_IDS: 'instagram=ac_1',
+    });
+    expect([...config.secretKeys.keys()]).toEqual(['k2']);
+    expect(config.currentSecretKeyId).toBe('k2');
   });
 });

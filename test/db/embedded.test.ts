@@ -1,9 +1,10 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { resolveDatabaseUrl } from '../../src/db';
 import { MIGRATION_NAMES } from '../../src/db/orm';
 
@@ -16,22 +17,80 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
+/** One process per probe (tsx as a loader, not a parent process), so its pid is the probe's. */
+const PROBE = ['--import', 'tsx', path.join(__dirname, 'embedded-probe.ts')];
+
+/** One probe run to its end; its last stdout line parsed. */
+function probe(mode: string, dataDir: string, port: number): { stderr: string; outcome: any } {
+  const run = spawnSync(process.execPath, [...PROBE, mode, dataDir, String(port)], { encoding: 'utf8', timeout: 100_000 });
+  return { stderr: run.stderr, outcome: JSON.parse(run.stdout.trim().split('\n').at(-1) || '{}') };
+}
+
 describe('the development database default', () => {
-  it('falls back to embedded PGlite when no PostgreSQL answers, says so, and runs the migrations on it', async () => {
-    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'pglite-'));
+  let root: string;
+  let port: number;
+  beforeAll(async () => {
+    root = mkdtempSync(path.join(os.tmpdir(), 'pglite-'));
+    port = await closedPort();
+  });
+  afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+  it('falls back to embedded PGlite when no PostgreSQL answers, creating its directory, and runs the migrations on it', () => {
+    // A fresh checkout has no .data yet.
+    const dataDir = path.join(root, 'fresh', '.data');
+    const { stderr, outcome } = probe('migrate', dataDir, port);
+    expect(stderr).toBe('');
+    expect(outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
+    expect(outcome.applied).toEqual(MIGRATION_NAMES);
+    expect(outcome.rows).toEqual([{ n: 0 }]);
+    // Stopped: the lock is gone with its owner.
+    expect(existsSync(path.join(dataDir, 'pglite.lock'))).toBe(false);
+  }, 120_000);
+
+  it('lets other processes use the running owner\'s database, and refuses a second owner', async () => {
+    const dataDir = path.join(root, 'shared');
+    const owner = spawn(process.execPath, [...PROBE, 'serve', dataDir, String(port)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const lines = createInterface({ input: owner.stdout });
+    const next = () => new Promise<any>((resolve, reject) => {
+      lines.once('line', (line) => resolve(JSON.parse(line)));
+      owner.once('exit', (code) => reject(new Error(`the owner exited with ${code}`)));
+    });
     try {
-      const run = spawnSync(process.execPath, [require.resolve('tsx/cli'), path.join(__dirname, 'embedded-probe.ts'), dataDir, String(await closedPort())], {
-        encoding: 'utf8',
-        timeout: 100_000,
-      });
-      expect(run.stderr).toBe('');
-      const outcome = JSON.parse(run.stdout.trim().split('\n').at(-1) ?? '{}');
-      expect(outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
-      expect(outcome.applied).toEqual(MIGRATION_NAMES);
-      expect(outcome.rows).toEqual([{ n: 0 }]);
+      expect(await next()).toEqual({ ready: true, pid: owner.pid });
+
+      const joined = probe('join', dataDir, port);
+      expect(joined.stderr).toBe('');
+      expect(joined.outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using the embedded PGlite served by another process');
+
+      const second = probe('own', dataDir, port);
+      expect(second.outcome.refused).toMatch(new RegExp(`is in use by process ${owner.pid}; stop that process first, or set DATABASE_URL`));
+
+      // What the other process wrote is in the owner's database.
+      const seen = next();
+      owner.stdin.write('report\n');
+      expect(await seen).toEqual({ organizations: ['Joined'] });
+      await new Promise((resolve) => owner.once('exit', resolve));
+      expect(owner.exitCode).toBe(0);
+      expect(existsSync(path.join(dataDir, 'pglite.lock'))).toBe(false);
     } finally {
-      rmSync(dataDir, { recursive: true, force: true });
+      owner.kill('SIGKILL');
     }
+  }, 120_000);
+
+  it('takes over the lock of an owner that died without removing it', () => {
+    const dataDir = path.join(root, 'stale');
+    const dead = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
+    mkdirSync(dataDir, { recursive: true });
+    writeFileSync(path.join(dataDir, 'pglite.lock'), JSON.stringify({ pid: Number(dead.stdout), address: '127.0.0.1:1' }));
+    const { stderr, outcome } = probe('migrate', dataDir, port);
+    expect(stderr).toBe('');
+    expect(outcome.rows).toEqual([{ n: 0 }]);
+  }, 120_000);
+
+  it('keeps counting the webhook bucket after the pool replaced an idle connection on the one PGlite session', () => {
+    const { stderr, outcome } = probe('limiter', path.join(root, 'limiter'), port);
+    expect(stderr).toBe('');
+    expect(outcome.remaining).toEqual(['299', '298']);
   }, 120_000);
 
   it('uses DATABASE_URL as given when it is set', async () => {
