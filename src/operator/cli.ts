@@ -22,7 +22,9 @@ import {
   OperatorService,
   SetDeliveryQuotaResponseSchema,
   type AuditEvent,
+  DeliveryRecordSchema,
   type DeadLetter,
+  type DeliveryRecord,
   type KillSwitch,
 } from '../gen/publishing/operator/v1/operator_service_pb';
 
@@ -34,6 +36,8 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
   dead-letters     [--org ID] [--endpoint ID] [--since ISO] [--until ISO] [--limit N]
   audit            [--org ID] [--action NAME] [--since ISO] [--until ISO] [--limit N]
   set-quota        --org ID --monthly N       monthly deliveries of an enterprise organization
+  delivery         ID | --endpoint ID --event EVENT_ID
+                                              one delivery with every attempt: what happened, and why
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).
@@ -79,18 +83,19 @@ function parseCommandLine(argv: string[]) {
       until: { type: 'string' },
       limit: { type: 'string' },
       monthly: { type: 'string' },
+      event: { type: 'string' },
     },
   });
 }
 
-function text(values: Values, name: 'org' | 'reason' | 'endpoint' | 'action' | 'since' | 'until' | 'limit' | 'monthly'): string | undefined {
+function text(values: Values, name: OptionName): string | undefined {
   const value = values[name];
   if (value === undefined) return undefined;
   if (value.trim() === '') throw new UsageError(`--${name} must not be empty`);
   return value.trim();
 }
 
-function need(values: Values, name: 'org' | 'endpoint' | 'reason' | 'monthly'): string {
+function need(values: Values, name: OptionName): string {
   const value = text(values, name);
   if (value === undefined) throw new UsageError(`--${name} is required`);
   return value;
@@ -204,16 +209,37 @@ function auditOutput(events: AuditEvent[]): Output {
   return { json: events.map((e) => json(AuditEventSchema, e)), text: `${text}\n` };
 }
 
+function deliveryOutput(delivery: DeliveryRecord | undefined): Output {
+  if (!delivery) throw new Error('the service answered without a delivery');
+  const lines = [
+    `delivery ${delivery.deliveryId}  ${delivery.eventType} ${delivery.eventId}`,
+    `  status ${delivery.status}${delivery.deadLettered ? ` (dead-lettered ${when(delivery.deadLetteredAt)})` : ''}  attempts ${delivery.attemptCount}`,
+    `  organization ${delivery.organizationId}  endpoint ${delivery.endpointId}`,
+    `  workflow ${delivery.workflowId}`,
+    `  created ${when(delivery.createdAt)}  next attempt ${when(delivery.nextAttemptAt)}  delivered ${when(delivery.deliveredAt)}`,
+    `  last error: ${delivery.lastError || '-'}`,
+    ...delivery.attempts.map(
+      (a) =>
+        `  #${a.attempt}  ${when(a.startedAt)}  ${a.finishedAt ? `${a.durationMs} ms` : 'running'}  ` +
+        `${a.dispatchedAt ? 'sent' : 'not sent'}  HTTP ${a.httpStatus || '-'}  ${a.error || 'ok'}`,
+    ),
+  ];
+  if (delivery.attempts.length === 0) lines.push('  no attempts');
+  return { json: json(DeliveryRecordSchema, delivery), text: `${lines.join('\n')}\n` };
+}
+
 type OptionName = Exclude<keyof Values, 'json' | 'help'>;
 
 interface Command {
   /** Options it takes besides --json and --help; any other is a usage mistake. */
   options: readonly OptionName[];
+  /** The one positional argument it takes, if any (named for the usage message). */
+  argument?: string;
   /**
    * Reads and checks every option, throwing a UsageError before anything is sent, and
    * returns the call to make.
    */
-  prepare(values: Values): (operator: OperatorClient) => Promise<Output>;
+  prepare(values: Values, argument: string | undefined): (operator: OperatorClient) => Promise<Output>;
 }
 
 function killSwitchCommand(enabled: boolean): Command {
@@ -266,6 +292,21 @@ const COMMANDS: Record<string, Command> = {
       };
     },
   },
+  delivery: {
+    options: ['endpoint', 'event'],
+    argument: 'delivery id',
+    prepare(values, argument) {
+      const endpointId = id(values, 'endpoint');
+      const eventId = text(values, 'event') ?? '';
+      if (argument !== undefined) {
+        if (endpointId || eventId) throw new UsageError('give a delivery id, or --endpoint with --event, not both');
+        if (!isUuid(argument)) throw new UsageError(`the delivery id must be an id (uuid), got "${argument}"`);
+        return async (operator) => deliveryOutput((await operator.getDelivery({ deliveryId: argument.toLowerCase() })).delivery);
+      }
+      if (!endpointId || !eventId) throw new UsageError('delivery needs a delivery id, or --endpoint ID with --event EVENT_ID');
+      return async (operator) => deliveryOutput((await operator.getDelivery({ endpointId, eventId })).delivery);
+    },
+  },
   'set-quota': {
     options: ['org', 'monthly'],
     prepare(values) {
@@ -282,7 +323,7 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
-function commandOf(positionals: string[]): { name: string; command: Command } {
+function commandOf(positionals: string[]): { name: string; command: Command; argument?: string } {
   const [first, second, ...rest] = positionals;
   if (!first) throw new UsageError('a command is required');
   const verbs = Object.keys(COMMANDS)
@@ -297,18 +338,20 @@ function commandOf(positionals: string[]): { name: string; command: Command } {
     return { name, command: COMMANDS[name]! };
   }
   if (first.includes(' ') || !Object.hasOwn(COMMANDS, first)) throw new UsageError(`unknown command "${first}"`);
-  if (second !== undefined) throw new UsageError(`unexpected argument "${second}"`);
-  return { name: first, command: COMMANDS[first]! };
+  const command = COMMANDS[first]!;
+  const extra = command.argument ? rest[0] : second;
+  if (extra !== undefined) throw new UsageError(`unexpected argument "${extra}"`);
+  return { name: first, command, argument: command.argument ? second : undefined };
 }
 
 /** Everything a usage mistake can be is found here, so none of them reaches the service. */
 function prepare(positionals: string[], values: Values): (operator: OperatorClient) => Promise<Output> {
-  const { name, command } = commandOf(positionals);
+  const { name, command, argument } = commandOf(positionals);
   for (const [option, value] of Object.entries(values)) {
     if (value === undefined || option === 'json' || option === 'help') continue;
     if (!command.options.includes(option as OptionName)) throw new UsageError(`${name} takes no --${option}`);
   }
-  return command.prepare(values);
+  return command.prepare(values, argument);
 }
 
 function operatorUrl(env: NodeJS.ProcessEnv): string {

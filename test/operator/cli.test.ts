@@ -329,6 +329,55 @@ describe('dead-letters', () => {
   });
 });
 
+describe('delivery', () => {
+  it('shows a dead-lettered delivery with every attempt, by id and by endpoint and event id', async () => {
+    const tenant = await t.tenant();
+    const { endpointId, deliveryId, eventId } = await sendTestDelivery(tenant, '/lookup-fail');
+    await waitFor('the delivery to be dead-lettered', async () => (await deliveryStatus(deliveryId)) === 'dead_lettered');
+
+    const shown = await operatorJson('delivery', deliveryId);
+    expect(shown).toMatchObject({
+      deliveryId,
+      organizationId: tenant.organizationId,
+      endpointId,
+      eventId,
+      status: 'dead_lettered',
+      attemptCount: 8,
+      deadLettered: true,
+      workflowId: `webhook-delivery/${tenant.organizationId}/${endpointId}/${eventId}`,
+    });
+    expect(shown.attempts).toHaveLength(8);
+    expect(shown.attempts.map((a: any) => a.attempt)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    for (const a of shown.attempts) expect(a).toMatchObject({ httpStatus: 500, error: 'The endpoint answered HTTP 500.', dispatchedAt: expect.any(String) });
+    expect(await operatorJson('delivery', '--endpoint', endpointId, '--event', eventId)).toEqual(shown);
+
+    const text = await operator(['delivery', deliveryId]);
+    expect(text).toMatchObject({ status: 0, stderr: '' });
+    expect(text.stdout).toContain(`status dead_lettered (dead-lettered `);
+    expect(text.stdout).toContain('#8 ');
+    expect(text.stdout).toContain('HTTP 500');
+  });
+
+  it('shows a delivery that failed on a disabled endpoint, with its reason and no attempt', async () => {
+    const tenant = await t.tenant();
+    // Held by the kill switch, the delivery makes no attempt until the endpoint is disabled.
+    expect((await operator(['kill-switch', 'on', '--org', tenant.organizationId, '--reason', 'lookup drill'])).status).toBe(0);
+    const { endpointId, deliveryId } = await sendTestDelivery(tenant, '/ok');
+    await waitFor('the delivery to be held', async () => (await deliveryStatus(deliveryId)) === 'held');
+    expect((await rest(t.url, 'DELETE', `/api/v1/webhooks/${endpointId}`, { apiKey: tenant.apiKey })).status).toBe(200);
+    expect((await operator(['kill-switch', 'off', '--org', tenant.organizationId])).status).toBe(0);
+    await waitFor('the delivery to fail', async () => (await deliveryStatus(deliveryId)) === 'failed');
+    const shown = await operatorJson('delivery', deliveryId);
+    expect(shown).toMatchObject({ status: 'failed', attemptCount: 0, lastError: 'The endpoint is disabled.', deadLettered: false, attempts: [] });
+  });
+
+  it('answers DELIVERY_NOT_FOUND for a delivery that does not exist', async () => {
+    const run = await operator(['delivery', '00000000-0000-4000-8000-000000000000']);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/^operator: DELIVERY_NOT_FOUND: /);
+  });
+});
+
 describe('credentials and usage', () => {
   it('exits 1 with OPERATOR_CREDENTIAL_REQUIRED on a wrong token', async () => {
     const run = await operator(['kill-switch', 'get'], { OPERATOR_TOKEN: 'not-the-operator-token-but-long-enough-0000' });
@@ -366,6 +415,11 @@ describe('credentials and usage', () => {
     { name: 'set-quota without --monthly', args: ['set-quota', '--org', '00000000-0000-4000-8000-000000000000'], message: /--monthly is required/ },
     { name: 'a negative quota', args: ['set-quota', '--org', '00000000-0000-4000-8000-000000000000', '--monthly=-1'], message: /--monthly must be a whole number/ },
     { name: 'an empty reason', args: ['kill-switch', 'on', '--reason', '  '], message: /--reason must not be empty/ },
+    { name: 'delivery with nothing to find it by', args: ['delivery'], message: /delivery needs a delivery id/ },
+    { name: 'delivery with an endpoint but no event', args: ['delivery', '--endpoint', '00000000-0000-4000-8000-000000000000'], message: /delivery needs a delivery id/ },
+    { name: 'delivery with an id and an endpoint', args: ['delivery', '00000000-0000-4000-8000-000000000000', '--endpoint', '00000000-0000-4000-8000-000000000000', '--event', 'e'], message: /not both/ },
+    { name: 'a delivery id that is not an id', args: ['delivery', 'dlv_1'], message: /the delivery id must be an id/ },
+    { name: 'delivery with two ids', args: ['delivery', '00000000-0000-4000-8000-000000000000', 'x'], message: /unexpected argument "x"/ },
   ];
 
   it.each(bad)('exits 2 with usage on $name', async ({ args, message }) => {
