@@ -4,6 +4,7 @@ import { ENTITIES } from './entities';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
 import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Migration20261124000000DeliveryAttemptDispatch';
+import { Migration20261124200000Events } from './migrations/Migration20261124200000Events';
 
 export type { EntityManager };
 export { MikroORM };
@@ -13,6 +14,7 @@ const MIGRATIONS = [
   { name: 'Migration20261121000000Initial', class: Migration20261121000000Initial },
   { name: 'Migration20261121000001PrincipalNotices', class: Migration20261121000001PrincipalNotices },
   { name: 'Migration20261124000000DeliveryAttemptDispatch', class: Migration20261124000000DeliveryAttemptDispatch },
+  { name: 'Migration20261124200000Events', class: Migration20261124200000Events },
 ];
 
 export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Options {
