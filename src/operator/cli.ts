@@ -21,6 +21,8 @@ import {
   KillSwitchSchema,
   OperatorService,
   SetDeliveryQuotaResponseSchema,
+  GetEventResponseSchema,
+  type GetEventResponse,
   type AuditEvent,
   type DeadLetter,
   type KillSwitch,
@@ -34,6 +36,7 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
   dead-letters     [--org ID] [--endpoint ID] [--since ISO] [--until ISO] [--limit N]
   audit            [--org ID] [--action NAME] [--since ISO] [--until ISO] [--limit N]
   set-quota        --org ID --monthly N       monthly deliveries of an enterprise organization
+  event            EVENT_ID --org ID          a published event and the status of each of its deliveries
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).
@@ -91,6 +94,7 @@ const COMMANDS: Record<string, readonly string[]> = {
   'dead-letters': ['org', 'endpoint', 'since', 'until', 'limit'],
   audit: ['org', 'action', 'since', 'until', 'limit'],
   'set-quota': ['org', 'monthly'],
+  event: ['org'],
 };
 
 function commandOf(positionals: string[]): string {
@@ -101,6 +105,7 @@ function commandOf(positionals: string[]): string {
     if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"`);
     return `kill-switch ${second}`;
   }
+  if (first === 'event') return eventCommandOf(rest, second);
   if (!first) throw new UsageError('a command is required');
   if (!Object.hasOwn(COMMANDS, first) || first.startsWith('kill-switch')) throw new UsageError(`unknown command "${first}"`);
   if (second !== undefined) throw new UsageError(`unexpected argument "${second}"`);
@@ -108,7 +113,7 @@ function commandOf(positionals: string[]): string {
 }
 
 function checkOptions(command: string, values: Values): void {
-  const allowed = COMMANDS[command] ?? [];
+  const allowed = COMMANDS[command.startsWith('event ') ? 'event' : command] ?? [];
   for (const [name, value] of Object.entries(values)) {
     if (value === undefined || name === 'json' || name === 'help') continue;
     if (!allowed.includes(name)) throw new UsageError(`${command} takes no --${name}`);
@@ -237,6 +242,7 @@ function auditOutput(events: AuditEvent[]): Output {
 }
 
 async function run(command: string, values: Values, operator: OperatorClient): Promise<Output> {
+  if (command.startsWith('event ')) return runEvent(command, values, operator);
   switch (command) {
     case 'kill-switch get': {
       const answer = await operator.getKillSwitch({ organizationId: id(values, 'org') });
@@ -294,6 +300,7 @@ function validate(command: string, values: Values): void {
     id(values, 'org', true);
     monthly(values);
   }
+  if (command.startsWith('event ')) id(values, 'org', true);
 }
 
 function operatorUrl(): string {
@@ -333,6 +340,40 @@ function codeOf(error: ConnectError): string {
   const reason = error.findDetails(ErrorInfoSchema)[0]?.reason;
   if (reason) return reason;
   return (Code[error.code] ?? 'UNKNOWN').replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase();
+}
+
+// `event <event-id> --org <id>`: the command carries the event id ("event <id>") so the
+// other commands' parsing stays as it is.
+
+function eventCommandOf(rest: string[], eventId: string | undefined): string {
+  if (!eventId) throw new UsageError('event needs the event id');
+  if (rest.length > 0) throw new UsageError(`unexpected argument "${rest[0]}"`);
+  return `event ${eventId}`;
+}
+
+async function runEvent(command: string, values: Values, operator: OperatorClient): Promise<Output> {
+  const answer = await operator.getEvent({ organizationId: id(values, 'org', true), eventId: command.slice('event '.length) });
+  return eventOutput(answer);
+}
+
+function eventOutput(answer: GetEventResponse): Output {
+  const event = answer.event;
+  if (!event) throw new Error('the service answered without an event');
+  const lines = [
+    `event ${event.eventId}  ${event.eventType}  organization ${event.organizationId}`,
+    `occurred ${when(event.occurredAt)}  recorded ${when(event.recordedAt)}  published by ${event.publisher}`,
+  ];
+  if (event.skippedReason) lines.push(`no deliveries: ${event.skippedReason}`);
+  lines.push(
+    ...(answer.deliveries.length
+      ? answer.deliveries.map(
+          (d) =>
+            `  ${d.status.padEnd(13)} delivery ${d.deliveryId}  endpoint ${d.endpointId}  attempts ${d.attemptCount}` +
+            `${d.lastError ? `\n    last error: ${d.lastError}` : ''}`,
+        )
+      : ['  no deliveries']),
+  );
+  return { json: json(GetEventResponseSchema, answer), text: `${lines.join('\n')}\n` };
 }
 
 async function main(argv: string[]): Promise<number> {
