@@ -47,7 +47,7 @@ const MEMORY_SMALL = Math.round(numberEnv('BENCH_MEMORY_SMALL', 10_000, 100));
 const MEMORY_LARGE = Math.round(numberEnv('BENCH_MEMORY_LARGE', 100_000, 200));
 if (MEMORY_LARGE <= MEMORY_SMALL) throw new Error('BENCH_MEMORY_LARGE must be greater than BENCH_MEMORY_SMALL');
 const BUDGET_SECONDS = numberEnv('BENCH_BUDGET_SECONDS', 470, 30);
-/** Comma-separated benchmark ids to run (development): list_webhooks, create_webhooks, rest_gateway, grpc_unary, delivery_engine, memory_growth. */
+/** Comma-separated benchmark ids to run (development): list_webhooks, create_webhooks, rest_gateway, grpc_unary, delivery_engine, publish_fan_out, memory_growth. */
 const ONLY = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(',').map((s) => s.trim()) : null;
 /**
  * Node arguments of the service processes: the flags the service runs with (package.json
@@ -67,6 +67,9 @@ const OTHER_ORGS = 5;
 const OTHER_ENDPOINTS_PER_ORG = 10;
 const DELIVERY_ENDPOINTS = 16;
 const LISTED_CONNECTIONS = 10;
+/** Subscribed endpoints of the organization the fan-out figure publishes to. */
+const FAN_OUT_ENDPOINTS = 100;
+const INTERNAL_TOKEN = 'bench-internal-service-token-0123456789abcdef';
 
 const started = Date.now();
 const elapsed = () => (Date.now() - started) / 1000;
@@ -364,6 +367,7 @@ function serverEnvOf(tls: TestTls): Record<string, string> {
     NODE_EXTRA_CA_CERTS: writeCaFile(tls.caPem),
     LOG_LEVEL: 'silent',
     DELIVERY_POLL_INTERVAL_MS: '20',
+    INTERNAL_SERVICE_TOKENS: `bench:${INTERNAL_TOKEN}`,
   });
 }
 
@@ -842,6 +846,70 @@ async function benchEngine(ctx: Context): Promise<void> {
   }
 }
 
+// 5b ------------------------------------------------------------------------------------
+
+/**
+ * Deliveries recorded per second by PublishEvent to an organization with 100 subscribed
+ * endpoints, against a raw pg loop inserting the same rows with one insert ... select per
+ * transaction. The organization's monthly quota is used up, so each publish runs its whole
+ * path (event, subscriber count, quota, one insert of 100 rows, the answer's read-back) but
+ * records the deliveries failed: no delivery work competes with the measurement, and the
+ * raw side writes the same failed rows.
+ */
+async function benchPublishFanOut(ctx: Context): Promise<void> {
+  const id = 'publish_fan_out';
+  const name = `PublishEvent deliveries recorded/s, ${FAN_OUT_ENDPOINTS} subscribed endpoints ÷ raw pg insert of the same rows`;
+  try {
+    const organizationId = ctx.tenants.fanout!.organizationId;
+    const eventType = 'post.held';
+    await ctx.pool.query(`update organizations set plan = 'enterprise', monthly_delivery_quota = 1 where id = $1`, [organizationId]);
+    await ctx.pool.query(`insert into delivery_usage (organization_id, month, deliveries) values ($1, date_trunc('month', now() at time zone 'utc')::date, 1)`, [organizationId]);
+    await ctx.pool.query(
+      `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
+       select gen_random_uuid(), $1, 'https://fanout-' || g || '.example.com/in', '', array[$2::text], 'dev', sha256(g::text::bytea), now(), now()
+         from generate_series(1, $3::int) g`,
+      [organizationId, eventType, FAN_OUT_ENDPOINTS],
+    );
+    const spec = (mode: 'service' | 'raw') => ({
+      mode,
+      baseUrl: ctx.server.ready.url,
+      token: INTERNAL_TOKEN,
+      databaseUrl: DATABASE_URL,
+      organizationId,
+      eventType,
+      loops: CONNECTIONS,
+      warmupSeconds: WARMUP_SECONDS,
+    });
+    log(`${id}: ${CONNECTIONS} gRPC loops vs ${CONNECTIONS} pg clients, ${FAN_OUT_ENDPOINTS} rows per operation, ${PATTERN} × ${SEGMENT_SECONDS} s`);
+    const { a, b } = await withLoads(
+      [() => startLoad('load-publish.ts', spec('service')), () => startLoad('load-publish.ts', spec('raw'))],
+      ([service, raw]) =>
+        interleave(
+          loadSide('service (publishes)', service!, { seconds: SEGMENT_SECONDS }, ctx.server.proc.pid),
+          loadSide('raw pg (tx)', raw!, { seconds: SEGMENT_SECONDS }),
+        ),
+    );
+    requireClean(a, 'service');
+    requireClean(b, 'raw pg');
+    diagnostics.push(`publish fan-out: service ${fmtMs(a.cpuMsPerOp)} CPU per publish of ${FAN_OUT_ENDPOINTS} deliveries (${a.cores?.toFixed(2)} cores busy)`);
+    addFigure({
+      id,
+      figure: name,
+      value: a.rps * FAN_OUT_ENDPOINTS,
+      unit: 'deliveries/s',
+      baseline: b.rps * FAN_OUT_ENDPOINTS,
+      baselineUnit: 'rows/s',
+      ratio: a.rps / b.rps,
+      ratioLabel: 'ratio',
+      goal: '≥ 0.5',
+      check: (r) => r >= 0.5,
+      detail: { service: a, rawPg: b, endpoints: FAN_OUT_ENDPOINTS, connections: CONNECTIONS },
+    });
+  } catch (error) {
+    failedFigure(id, name, '≥ 0.5', error);
+  }
+}
+
 // 6 -------------------------------------------------------------------------------------
 
 /**
@@ -1070,7 +1138,7 @@ async function main(): Promise<number> {
     log(`service ${server.ready.url}, receiver ${receiver.ready.url}`);
 
     const others = Array.from({ length: OTHER_ORGS }, (_, i) => `other${i + 1}`);
-    const tenants = await seedTenants(['write', 'list', 'twin', 'conn', 'deliver', 'mem', ...others]);
+    const tenants = await seedTenants(['write', 'list', 'twin', 'conn', 'deliver', 'mem', 'fanout', ...others]);
     const listUrls = Array.from({ length: LIST_ENDPOINTS }, (_, i) => `https://hooks${i}.example.com/in`);
     const listEndpointIds = await createEndpoints(server.ready.url, tenants.list!, listUrls);
     const twinEndpointIds = await createEndpoints(server.ready.url, tenants.twin!, listUrls);
@@ -1093,13 +1161,14 @@ async function main(): Promise<number> {
       ['rest_gateway', async () => void (connectAnswer = await benchGateway(ctx))],
       ['grpc_unary', () => benchGrpc(ctx, connectAnswer)],
       ['delivery_engine', () => benchEngine(ctx)],
+      ['publish_fan_out', () => benchPublishFanOut(ctx)],
       ['memory_growth', () => benchMemory(ctx)],
     ];
     for (const [id, run] of benches) {
       if (ONLY && !ONLY.includes(id)) continue;
       await run();
     }
-    const order = ['create_webhooks', 'list_webhooks_p50', 'list_webhooks_p99', 'list_webhooks_history_p50', 'list_webhooks_history_p99', 'list_webhooks_saturated_p50', 'list_webhooks_saturated_p99', 'list_webhooks_twin_p50', 'list_webhooks_twin_p99', 'rest_gateway_ratio', 'rest_gateway_overhead', 'grpc_unary', 'delivery_engine', 'memory_growth'];
+    const order = ['create_webhooks', 'list_webhooks_p50', 'list_webhooks_p99', 'list_webhooks_history_p50', 'list_webhooks_history_p99', 'list_webhooks_saturated_p50', 'list_webhooks_saturated_p99', 'list_webhooks_twin_p50', 'list_webhooks_twin_p99', 'rest_gateway_ratio', 'rest_gateway_overhead', 'grpc_unary', 'delivery_engine', 'publish_fan_out', 'memory_growth'];
     figures.sort((x, y) => order.indexOf(x.id) - order.indexOf(y.id));
   } finally {
     await server?.stop();

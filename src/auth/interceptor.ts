@@ -14,6 +14,9 @@ export interface AuthOptions {
   openServices: readonly string[];
   /** Fully qualified names of services that take the operator credential. */
   operatorServices: readonly string[];
+  /** Fully qualified names of services that take an internal service credential. */
+  internalServices: readonly string[];
+  internalTokens: readonly { name: string; token: string }[];
   /** Authenticated keys kept between calls; every call looks its key up without it. */
   principals?: PrincipalCache;
 }
@@ -32,9 +35,21 @@ function sameSecret(a: string, b: string): boolean {
 export type GateContext = Pick<HandlerContext, 'service' | 'requestHeader' | 'values'>;
 
 /**
+ * The internal service whose token was presented, or null. Every configured token is
+ * compared, in constant time, whichever matches: the time taken says nothing about which
+ * token (or how much of one) was right.
+ */
+function internalServiceOf(presented: string | null, tokens: AuthOptions['internalTokens']): string | null {
+  if (presented === null) return null;
+  let name: string | null = null;
+  for (const entry of tokens) if (sameSecret(presented, entry.token)) name = entry.name;
+  return name;
+}
+
+/**
  * Establishes who is calling. Customer RPCs take `Authorization: Bearer <api key>`
- * (gRPC metadata `authorization`); operator RPCs take the operator credential, and a
- * customer key never opens them.
+ * (gRPC metadata `authorization`); operator RPCs take the operator credential and
+ * internal RPCs an internal service credential; a customer key opens neither.
  *
  * A request gate, not an interceptor: it runs once the headers are in and before the
  * body is read or decoded, so an unauthenticated caller is refused 401 whatever it sent
@@ -51,6 +66,12 @@ export function createAuthGate(options: AuthOptions): (ctx: GateContext) => Prom
         throw apiError('OPERATOR_CREDENTIAL_REQUIRED', 'The operator credential is required.');
       }
       ctx.values.set(principalKey, { kind: 'operator' });
+      return;
+    }
+    if (options.internalServices.includes(service)) {
+      const name = internalServiceOf(presented, options.internalTokens);
+      if (name === null) throw apiError('INTERNAL_CREDENTIAL_REQUIRED', 'An internal service credential is required.');
+      ctx.values.set(principalKey, { kind: 'internal', name });
       return;
     }
 

@@ -15,6 +15,12 @@ export interface OperatorPrincipal {
   kind: 'operator';
 }
 
-export type Principal = CustomerPrincipal | OperatorPrincipal;
+/** Another service of the platform, named by the credential it presented (INTERNAL_SERVICE_TOKENS). */
+export interface InternalServicePrincipal {
+  kind: 'internal';
+  name: string;
+}
+
+export type Principal = CustomerPrincipal | OperatorPrincipal | InternalServicePrincipal;
 
 export const principalKey = createContextKey<Principal | null>(null, { description: 'principal' });

@@ -31,11 +31,19 @@ export interface Config {
   currentSecretKeyId: string;
   /** Bearer credential of the internal operator service. */
   operatorToken: string;
+  /** Credentials of the internal services that publish events (EventService), by caller name. */
+  internalServiceTokens: InternalServiceToken[];
   provider: ProviderConfig;
   delivery: DeliveryConfig;
   temporal: TemporalConfig | null;
   /** `npm run worker`: the port of its /metrics, /healthz and /readyz. */
   workerMetricsPort: number;
+}
+
+export interface InternalServiceToken {
+  /** Stored with each event the service publishes. */
+  name: string;
+  token: string;
 }
 
 export type ProviderConfig =
@@ -76,6 +84,7 @@ const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
 const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
 const DEV_SECRET_KEY_ID = 'dev';
 const DEV_OPERATOR_TOKEN = 'development-operator-token';
+const DEV_INTERNAL_SERVICE_TOKENS = 'development:development-internal-service-token-not-for-production';
 
 type Env = Record<string, string | undefined>;
 
@@ -125,6 +134,10 @@ export function loadConfig(env: Env = process.env): Config {
 
   const stateSigningKey = Buffer.from(secret('STATE_SIGNING_KEY', DEV_STATE_KEY), 'utf8');
   const operatorToken = secret('OPERATOR_TOKEN', DEV_OPERATOR_TOKEN);
+  const internalServiceTokens = internalTokens(env.INTERNAL_SERVICE_TOKENS, production, problems);
+  if (internalServiceTokens.some((t) => t.token === operatorToken)) {
+    problems.push('INTERNAL_SERVICE_TOKENS must not contain the operator token: the two credentials open different services');
+  }
 
   // SECRET_ENCRYPTION_KEYS="k2:<base64 32 bytes>,k1:<base64 32 bytes>": the first encrypts
   // new secrets; the others still decrypt until `npm run admin -- rotate-secrets` re-encrypts.
@@ -202,6 +215,7 @@ export function loadConfig(env: Env = process.env): Config {
     secretKeys,
     currentSecretKeyId,
     operatorToken,
+    internalServiceTokens,
     provider,
     delivery: {
       allowCidrs,
@@ -228,4 +242,41 @@ export function loadConfig(env: Env = process.env): Config {
 /** The role a PostgreSQL URL logs in as (libpq's default, the OS user, counts as empty). */
 function loginOf(url: string): string {
   return URL.canParse(url) ? decodeURIComponent(new URL(url).username) : '';
+}
+
+/**
+ * INTERNAL_SERVICE_TOKENS="publisher:<token>,scheduler:<token>": one credential per calling
+ * service, so each event records which service published it and one can be revoked alone.
+ */
+function internalTokens(raw: string | undefined, production: boolean, problems: string[]): InternalServiceToken[] {
+  const [devDefault] = parseInternalTokens(DEV_INTERNAL_SERVICE_TOKENS);
+  if (!raw) {
+    if (production) problems.push('INTERNAL_SERVICE_TOKENS must be set in production (the development default is refused)');
+    return production ? [] : [devDefault!];
+  }
+  const tokens = parseInternalTokens(raw);
+  const names = new Set<string>();
+  const seen = new Set<string>();
+  for (const entry of tokens) {
+    if (!/^[a-z][a-z0-9_-]{0,62}$/.test(entry.name)) {
+      problems.push('INTERNAL_SERVICE_TOKENS entries must be "<name>:<token>" with a lowercase name (a-z, 0-9, _ and -, at most 63)');
+    } else if (names.has(entry.name)) problems.push(`INTERNAL_SERVICE_TOKENS names ${entry.name} twice`);
+    if (entry.token.length < 32) problems.push(`INTERNAL_SERVICE_TOKENS: the token of ${entry.name || '(no name)'} must be at least 32 characters`);
+    if (seen.has(entry.token)) problems.push('INTERNAL_SERVICE_TOKENS gives two services the same token');
+    if (production && entry.token === devDefault!.token) problems.push('INTERNAL_SERVICE_TOKENS must not use the development token in production');
+    names.add(entry.name);
+    seen.add(entry.token);
+  }
+  return tokens;
+}
+
+function parseInternalTokens(raw: string): InternalServiceToken[] {
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((entry) => {
+      const colon = entry.indexOf(':');
+      return colon < 0 ? { name: '', token: entry } : { name: entry.slice(0, colon), token: entry.slice(colon + 1) };
+    });
 }

@@ -253,6 +253,31 @@ export const RateLimitSchema = defineEntity({
 });
 export type RateLimit = InferEntity<typeof RateLimitSchema>;
 
+/**
+ * An event an internal service published (EventService). (organization, event id) is
+ * unique: a producer's retry finds the event it recorded before instead of a second one.
+ */
+export const EventSchema = defineEntity({
+  name: 'Event',
+  tableName: 'events',
+  properties: {
+    id: id(),
+    organizationId: p.uuid(),
+    /** The producer's id, the idempotency key and the delivered body's "id". */
+    eventId: p.text(),
+    eventType: p.text(),
+    /** The delivered body's "data"; compared as JSON when the same id is published again. */
+    payload: p.json<Record<string, unknown>>(),
+    occurredAt: p.datetime(),
+    /** Name of the internal service credential that published it. */
+    publisher: p.text(),
+    /** Why the event got no deliveries by rule (PLAN_EXCLUDES_WEBHOOKS); null otherwise. */
+    skippedReason: p.text().nullable(),
+    createdAt: p.datetime(),
+  },
+});
+export type Event = InferEntity<typeof EventSchema>;
+
 export const AUDIT_OUTCOMES = ['succeeded', 'refused', 'failed'] as const;
 export type AuditOutcome = (typeof AUDIT_OUTCOMES)[number];
 
@@ -291,4 +316,5 @@ export const ENTITIES = [
   DeliveryUsageSchema,
   RateLimitSchema,
   AuditEventSchema,
+  EventSchema,
 ];

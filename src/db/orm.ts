@@ -6,6 +6,7 @@ import { Migration20261121000001PrincipalNotices } from './migrations/Migration2
 import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Migration20261124000000DeliveryAttemptDispatch';
 import { Migration20261124100000ServiceRole } from './migrations/Migration20261124100000ServiceRole';
 import { Migration20261124110000ConnectionsTable } from './migrations/Migration20261124110000ConnectionsTable';
+import { Migration20261124200000Events } from './migrations/Migration20261124200000Events';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -17,6 +18,7 @@ const MIGRATIONS = [
   { name: 'Migration20261124000000DeliveryAttemptDispatch', class: Migration20261124000000DeliveryAttemptDispatch },
   { name: 'Migration20261124100000ServiceRole', class: Migration20261124100000ServiceRole },
   { name: 'Migration20261124110000ConnectionsTable', class: Migration20261124110000ConnectionsTable },
+  { name: 'Migration20261124200000Events', class: Migration20261124200000Events },
 ];
 
 /**

@@ -18,6 +18,8 @@ export {
   INTERRUPTED_ATTEMPT,
   type ListedDelivery,
   type NewDelivery,
+  type FannedOutEvent,
+  type EventDelivery,
   type KillSwitchState,
   type DeliveryView,
   type AttemptView,

@@ -12,6 +12,7 @@ import type {
 } from '../db';
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryRef } from './contract';
+import { DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
 
 /**
  * Timestamps are read as epoch milliseconds (epochMs): the driver hands timestamptz columns
@@ -82,6 +83,20 @@ export interface NewDelivery {
   /** The exact JSON body signed and sent on every attempt. */
   payload: string;
   workflowId: string;
+}
+
+/** One event to record for every endpoint of its organization subscribed to its type. */
+export interface FannedOutEvent {
+  organizationId: string;
+  eventId: string;
+  eventType: string;
+  /** The exact JSON body signed and sent on every attempt; the same for every endpoint. */
+  payload: string;
+}
+
+/** A delivery of an event, with the URL of its endpoint (engines name the host to operators). */
+export interface EventDelivery extends ListedDelivery {
+  endpointUrl: string;
 }
 
 /** What beginAttempt decided. */
@@ -191,6 +206,71 @@ export class DeliveryRecords {
     return this.listed(em, (q) =>
       q.where((eb) => eb.or(deliveries.map((d) => eb.and([eb('w.endpoint_id', '=', d.endpointId), eb('w.event_id', '=', d.eventId)])))),
     );
+  }
+
+  /** Active endpoints of the organization subscribed to the event type: how many deliveries a fan-out records. */
+  async subscriberCount(em: EntityManager, organizationId: string, eventType: string): Promise<number> {
+    const row = await subscribers(db(em), organizationId, eventType)
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .executeTakeFirstOrThrow();
+    return Number(row.n);
+  }
+
+  /**
+   * Records an event's deliveries to every active endpoint of its organization subscribed
+   * to its type in one statement, however many there are. The first `sendable` (oldest
+   * endpoints first) are pending and due now; the others are recorded failed with
+   * `refusal` (over the monthly quota, say), so none is silently dropped. A delivery that
+   * exists already for (endpoint, event id) stays as it is.
+   */
+  async recordForSubscribers(em: EntityManager, event: FannedOutEvent, options: { sendable: number; refusal: string }): Promise<void> {
+    const now = new Date(this.now());
+    // workflowIdFor's id, built in SQL: a uuid's text is unchanged by encodeURIComponent.
+    const head = `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(event.organizationId)}/`;
+    const tail = `/${encodeURIComponent(event.eventId)}`;
+    const k = db(em);
+    const sendable = sql<boolean>`s.n <= ${options.sendable}`;
+    await k
+      .insertInto('webhook_deliveries')
+      .columns(['id', 'organization_id', 'endpoint_id', 'event_id', 'event_type', 'payload', 'status', 'attempt_count', 'next_attempt_at', 'last_error', 'workflow_id', 'created_at', 'updated_at'])
+      .expression(
+        k
+          .selectFrom(
+            subscribers(k, event.organizationId, event.eventType)
+              .select(['e.id', sql<number>`row_number() over (order by e.created_at, e.id)`.as('n')])
+              .as('s'),
+          )
+          .select([
+            sql<string>`gen_random_uuid()`.as('id'),
+            sql<string>`${event.organizationId}::uuid`.as('organization_id'),
+            's.id as endpoint_id',
+            sql<string>`${event.eventId}::text`.as('event_id'),
+            sql<string>`${event.eventType}::text`.as('event_type'),
+            sql<string>`${event.payload}::text`.as('payload'),
+            sql<DeliveryStatus>`case when ${sendable} then 'pending' else 'failed' end`.as('status'),
+            sql<number>`0`.as('attempt_count'),
+            sql<Date | null>`case when ${sendable} then ${now}::timestamptz end`.as('next_attempt_at'),
+            sql<string | null>`case when ${sendable} then null else ${options.refusal}::text end`.as('last_error'),
+            sql<string>`${head}::text || s.id::text || ${tail}::text`.as('workflow_id'),
+            sql<Date>`${now}::timestamptz`.as('created_at'),
+            sql<Date>`${now}::timestamptz`.as('updated_at'),
+          ]),
+      )
+      .onConflict((oc) => oc.columns(['endpoint_id', 'event_id']).doNothing())
+      .execute();
+  }
+
+  /** Every delivery of one event of an organization, oldest first, with its endpoint's URL. */
+  async listByEvent(em: EntityManager, organizationId: string, eventId: string): Promise<EventDelivery[]> {
+    return listedQuery(db(em))
+      .innerJoin('webhook_endpoints as e', 'e.id', 'w.endpoint_id')
+      .select('e.url as endpointUrl')
+      .where('w.organization_id', '=', organizationId)
+      .where('w.event_id', '=', eventId)
+      .orderBy('w.created_at')
+      .orderBy('e.created_at')
+      .orderBy('w.endpoint_id')
+      .execute();
   }
 
   /**
@@ -692,6 +772,15 @@ const listedColumns = [
   epochMs('w.created_at').as('createdAtMs'),
   epochMs('w.updated_at').as('updatedAtMs'),
 ] as const;
+
+/** Active endpoints of an organization whose event names include the type. */
+function subscribers(k: Kysely<Tables>, organizationId: string, eventType: string) {
+  return k
+    .selectFrom('webhook_endpoints as e')
+    .where('e.organization_id', '=', organizationId)
+    .where('e.disabled_at', 'is', null)
+    .where(sql<boolean>`${eventType}::text = any(e.event_names)`);
+}
 
 function listedQuery(k: Kysely<Tables>) {
   return k.selectFrom('webhook_deliveries as w').select(listedColumns);

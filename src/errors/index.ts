@@ -31,6 +31,7 @@ export const ERRORS = {
   SCOPE_MISSING: [Code.PermissionDenied, 403],
   PERMISSION_DENIED: [Code.PermissionDenied, 403],
   OPERATOR_CREDENTIAL_REQUIRED: [Code.Unauthenticated, 401],
+  INTERNAL_CREDENTIAL_REQUIRED: [Code.Unauthenticated, 401],
 
   // Connections
   CAPABILITY_UNSUPPORTED: [Code.FailedPrecondition, 422],
@@ -84,6 +85,15 @@ export const ERRORS = {
   KILL_SWITCH_REASON_REQUIRED: [Code.InvalidArgument, 400],
   DELIVERY_NOT_FOUND: [Code.NotFound, 404],
   DELIVERY_LOOKUP_INVALID: [Code.InvalidArgument, 400],
+  EVENT_NOT_FOUND: [Code.NotFound, 404],
+
+  // Internal event service
+  EVENT_ID_INVALID: [Code.InvalidArgument, 400],
+  EVENT_TYPE_INVALID: [Code.InvalidArgument, 400],
+  EVENT_TYPE_RESERVED: [Code.InvalidArgument, 400],
+  EVENT_PAYLOAD_TOO_LARGE: [Code.InvalidArgument, 400],
+  TOO_MANY_EVENTS: [Code.InvalidArgument, 400],
+  EVENT_CONFLICT: [Code.AlreadyExists, 409],
 } as const satisfies Record<string, readonly [Code, number]>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -23,6 +23,8 @@ import {
   SetDeliveryQuotaResponseSchema,
   type AuditEvent,
   DeliveryRecordSchema,
+  GetEventResponseSchema,
+  type GetEventResponse,
   type DeadLetter,
   type DeliveryRecord,
   type KillSwitch,
@@ -38,6 +40,7 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
   set-quota        --org ID --monthly N       monthly deliveries of an enterprise organization
   delivery         ID | --endpoint ID --event EVENT_ID
                                               one delivery with every attempt: what happened, and why
+  event            EVENT_ID --org ID          a published event and where each of its deliveries stands
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).
@@ -228,6 +231,26 @@ function deliveryOutput(delivery: DeliveryRecord | undefined): Output {
   return { json: json(DeliveryRecordSchema, delivery), text: `${lines.join('\n')}\n` };
 }
 
+function eventOutput(answer: GetEventResponse): Output {
+  const event = answer.event;
+  if (!event) throw new Error('the service answered without an event');
+  const lines = [
+    `event ${event.eventId}  ${event.eventType}  organization ${event.organizationId}`,
+    `occurred ${when(event.occurredAt)}  recorded ${when(event.recordedAt)}  published by ${event.publisher}`,
+  ];
+  if (event.skippedReason) lines.push(`no deliveries: ${event.skippedReason}`);
+  lines.push(
+    ...(answer.deliveries.length
+      ? answer.deliveries.map(
+          (d) =>
+            `  ${d.status.padEnd(13)} delivery ${d.deliveryId}  endpoint ${d.endpointId}  attempts ${d.attemptCount}` +
+            `${d.lastError ? `\n    last error: ${d.lastError}` : ''}`,
+        )
+      : ['  no deliveries']),
+  );
+  return { json: json(GetEventResponseSchema, answer), text: `${lines.join('\n')}\n` };
+}
+
 type OptionName = Exclude<keyof Values, 'json' | 'help'>;
 
 interface Command {
@@ -305,6 +328,15 @@ const COMMANDS: Record<string, Command> = {
       }
       if (!endpointId || !eventId) throw new UsageError('delivery needs a delivery id, or --endpoint ID with --event EVENT_ID');
       return async (operator) => deliveryOutput((await operator.getDelivery({ endpointId, eventId })).delivery);
+    },
+  },
+  event: {
+    options: ['org'],
+    argument: 'event id',
+    prepare(values, argument) {
+      const organizationId = id(values, 'org', true);
+      if (argument === undefined) throw new UsageError('event needs the event id');
+      return async (operator) => eventOutput(await operator.getEvent({ organizationId, eventId: argument }));
     },
   },
   'set-quota': {

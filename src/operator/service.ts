@@ -7,7 +7,9 @@ import {
   DeliveryAttemptSchema,
   DeliveryRecordSchema,
   KillSwitchSchema,
+  EventRecordSchema,
   type GetDeliveryRequest,
+  type GetEventRequest,
   type GetKillSwitchRequest,
   type ListDeadLettersRequest,
   type OperatorService,
@@ -18,6 +20,7 @@ import {
 import { appendAuditEvent, queryAuditEvents } from '../audit';
 import { OrganizationSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
 import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type KillSwitchState } from '../delivery';
+import type { EventPublisher } from '../events';
 import type { Logger } from '../config/logger';
 import { requestIdKey } from '../context';
 import { apiError } from '../errors';
@@ -28,6 +31,8 @@ export interface OperatorServiceDeps {
   deliveries: DeliveryRecords;
   /** Told which held deliveries a switch released, so they go out at once. */
   engine: Pick<DeliveryEngine, 'release'>;
+  /** Owner of the published events. */
+  events: Pick<EventPublisher, 'find'>;
   logger: Logger;
 }
 
@@ -173,6 +178,39 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
           }),
         ),
       }),
+    };
+  }
+
+  async getEvent(req: GetEventRequest, ctx: HandlerContext) {
+    const event = await this.deps.events.find(entityManagerOf(ctx), req.organizationId, req.eventId);
+    if (!event) throw apiError('EVENT_NOT_FOUND', `No event ${req.eventId.slice(0, 128)} in organization ${req.organizationId.slice(0, 64)}.`);
+    return {
+      event: create(EventRecordSchema, {
+        organizationId: event.organizationId,
+        eventId: event.eventId,
+        eventType: event.eventType,
+        occurredAt: timestampFromDate(event.occurredAt),
+        recordedAt: timestampFromDate(event.recordedAt),
+        publisher: event.publisher,
+        skippedReason: event.skippedReason ?? '',
+      }),
+      deliveries: event.deliveries.map((d) =>
+        create(DeliveryRecordSchema, {
+          deliveryId: d.id,
+          organizationId: event.organizationId,
+          endpointId: d.endpointId,
+          eventId: d.eventId,
+          eventType: d.eventType,
+          status: d.status,
+          attemptCount: d.attemptCount,
+          nextAttemptAt: d.nextAttemptAtMs === null ? undefined : timestampFromMs(d.nextAttemptAtMs),
+          lastError: d.lastError ?? '',
+          workflowId: d.workflowId,
+          deadLettered: d.status === 'dead_lettered',
+          deliveredAt: d.deliveredAtMs === null ? undefined : timestampFromMs(d.deliveredAtMs),
+          createdAt: timestampFromMs(d.createdAtMs),
+        }),
+      ),
     };
   }
 

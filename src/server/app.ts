@@ -12,6 +12,7 @@ import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider }
 import { PostServiceImpl } from '../posts';
 import { WebhookServiceImpl, SecretBox, WebhookRateLimiter } from '../webhooks';
 import { OperatorServiceImpl } from '../operator';
+import { EventPublisher, EventServiceImpl } from '../events';
 import {
   activityDepsFromConfig,
   createTemporalClient,
@@ -28,6 +29,7 @@ import { ConnectionService } from '../gen/publishing/v1/connection_service_pb';
 import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
 import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
+import { EventService } from '../gen/publishing/internal/v1/event_service_pb';
 import { createListener, type Listener, type RequestHandler } from './listener';
 import { RestGateway, sendError, writeBody, writeJson } from './gateway';
 import { createRequestContextInterceptor, createRequestGate, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
@@ -180,7 +182,9 @@ export async function start(options: BuildOptions): Promise<App> {
     allowCidrs: config.delivery.allowCidrs,
     now,
   });
-  const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, logger });
+  const publisher = new EventPublisher({ deliveries: delivery.records, engine: delivery.engine, logger, now });
+  const events = new EventServiceImpl(publisher);
+  const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, logger });
   delivery.embedded?.begin();
 
   // What /readyz and the gRPC health service report on; each dependency adds its check here.
@@ -192,11 +196,12 @@ export async function start(options: BuildOptions): Promise<App> {
   const [ReflectionV1, ReflectionV1alpha] = REFLECTION_SERVICES;
   const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, OperatorService, ...REFLECTION_SERVICES]);
   const routes = (router: ConnectRouter) => {
-    router.service(Health, new HealthService(readiness, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName]));
+    router.service(Health, new HealthService(readiness, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName, EventService.typeName]));
     router.service(ConnectionService, connections);
     router.service(WebhookService, webhooks);
     router.service(PostService, posts);
     router.service(OperatorService, operator);
+    router.service(EventService, events);
     router.service(ReflectionV1, reflection.v1);
     router.service(ReflectionV1alpha, reflection.v1alpha);
   };
@@ -212,6 +217,8 @@ export async function start(options: BuildOptions): Promise<App> {
         // proto/ API, nothing tenant-specific), so tools can discover it without a key.
         openServices: [Health.typeName, ...REFLECTION_SERVICES.map((s) => s.typeName)],
         operatorServices: [OperatorService.typeName],
+        internalServices: [EventService.typeName],
+        internalTokens: config.internalServiceTokens,
         principals,
       }),
       auditRefusal: createRefusalAudit(logger),

@@ -1,9 +1,9 @@
 import { apiError } from '../errors';
 
 /**
- * Event names on an endpoint. Only `webhook.test` is documented and emitted today; other
- * names are accepted if they follow the documented pattern (dot-separated lowercase
- * words, e.g. `post.published`) so endpoints can subscribe ahead of new events.
+ * Event names on an endpoint: `webhook.test`, or any name of the documented pattern
+ * (dot-separated lowercase words, e.g. `post.held`), the types internal services publish,
+ * so endpoints can subscribe ahead of new events. Published event types follow it too.
  */
 export const DOCUMENTED_EVENTS = ['webhook.test'] as const;
 export const EVENT_NAME_PATTERN = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$/;

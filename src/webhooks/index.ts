@@ -3,3 +3,5 @@ export { SecretBox, newSigningSecret } from './secret-box';
 export { WebhookRateLimiter } from './rate-limit';
 export { validateEndpointUrl } from './endpoint-url';
 export { rotateSigningSecrets } from './rotation';
+export { planIncludesDeliveries, quotaRefusal, takeDeliveryQuotaUpTo } from './plans';
+export { EVENT_NAME_PATTERN, MAX_EVENT_NAME_LENGTH } from './event-names';

@@ -18,6 +18,45 @@ function monthOf(now: Date): string {
   return `${now.toISOString().slice(0, 7)}-01`;
 }
 
+/** Starter and agency include no webhook deliveries at all. */
+export function planIncludesDeliveries(organization: Pick<Organization, 'plan'>): boolean {
+  return organization.plan !== 'starter' && organization.plan !== 'agency';
+}
+
+/** Why a delivery over the monthly quota was not sent; stored as its last error. */
+export function quotaRefusal(limit: number): string {
+  return `The monthly quota of ${limit} webhook deliveries is used up (DELIVERY_QUOTA_EXCEEDED).`;
+}
+
+/**
+ * Counts up to `wanted` deliveries against the month's quota and returns how many it
+ * counted (fewer when the quota runs out). The first statement locks the month's row
+ * until the caller's transaction ends, so concurrent publishes count one after another
+ * and never take more than the limit together. Call it in the transaction that records
+ * the deliveries, on a plan that includes them.
+ */
+export async function takeDeliveryQuotaUpTo(
+  em: EntityManager,
+  organization: Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'>,
+  now: Date,
+  wanted: number,
+): Promise<{ granted: number; limit: number }> {
+  const limit = monthlyLimitOf(organization);
+  if (wanted <= 0 || limit <= 0) return { granted: 0, limit };
+  const month = monthOf(now);
+  const [used] = await em.execute<{ deliveries: string }[]>(
+    `insert into delivery_usage (organization_id, month, deliveries) values (?, ?, 0)
+     on conflict (organization_id, month) do update set deliveries = delivery_usage.deliveries
+     returning deliveries`,
+    [organization.id, month],
+  );
+  const granted = Math.max(0, Math.min(wanted, limit - Number(used?.deliveries ?? 0)));
+  if (granted > 0) {
+    await em.execute('update delivery_usage set deliveries = deliveries + ? where organization_id = ? and month = ?', [granted, organization.id, month], 'run');
+  }
+  return { granted, limit };
+}
+
 /**
  * Counts one delivery against the month's quota, atomically: the conditional upsert
  * either takes a unit below the limit or takes nothing, whatever runs concurrently.
@@ -28,7 +67,7 @@ export async function takeDeliveryQuota(
   organization: Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'>,
   now: Date,
 ): Promise<void> {
-  if (organization.plan === 'starter' || organization.plan === 'agency') {
+  if (!planIncludesDeliveries(organization)) {
     throw apiError('PLAN_EXCLUDES_WEBHOOKS', `The ${organization.plan} plan does not include webhook deliveries.`, {
       metadata: { plan: organization.plan },
     });

@@ -1,5 +1,6 @@
 import { loadConfig, type Config } from '../../src/config';
 import { createLogger } from '../../src/config/logger';
+import type { Options } from '@mikro-orm/postgresql';
 import { openDatabase, type MikroORM } from '../../src/db';
 import { start, type App } from '../../src/server';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../../src/auth';
@@ -40,13 +41,19 @@ export const TEST_ENV: Record<string, string> = {
 /** A real listener on a free port over a database of its own. */
 export async function startTestApp(
   env: Record<string, string> = {},
-  options: { now?: () => number; /** Reuse this database (kept on close) instead of a fresh one. */ databaseUrl?: string } = {},
+  options: {
+    now?: () => number;
+    /** Reuse this database (kept on close) instead of a fresh one. */
+    databaseUrl?: string;
+    /** More ORM options (a pool hook that watches the statements sent, say). */
+    orm?: Partial<Options>;
+  } = {},
 ): Promise<TestApp> {
   const database = options.databaseUrl
     ? { url: options.databaseUrl, ownerUrl: null, adminUrl: null, drop: async () => undefined }
     : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
-  const orm = await openDatabase(database.url);
+  const orm = await openDatabase(database.url, options.orm);
   const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
   return {
     app,

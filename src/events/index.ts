@@ -1,0 +1,2 @@
+export { EventPublisher, type EventPublisherDeps, type NewEvent, type PublishedEvent, MAX_EVENTS_PER_CALL, MAX_PAYLOAD_BYTES, PLAN_EXCLUDES_WEBHOOKS } from './publisher';
+export { EventServiceImpl } from './service';
