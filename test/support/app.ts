@@ -1,5 +1,5 @@
 import { loadConfig, type Config } from '../../src/config';
-import { createLogger } from '../../src/config/logger';
+import { createLogger, type Logger } from '../../src/config/logger';
 import { openDatabase, type MikroORM } from '../../src/db';
 import { start, type App } from '../../src/server';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../../src/auth';
@@ -36,14 +36,20 @@ export const TEST_ENV: Record<string, string> = {
 /** A real listener on a free port over a database of its own. */
 export async function startTestApp(
   env: Record<string, string> = {},
-  options: { now?: () => number; /** Reuse this database (kept on close) instead of a fresh one. */ databaseUrl?: string } = {},
+  options: {
+    now?: () => number;
+    /** Reuse this database (kept on close) instead of a fresh one. */
+    databaseUrl?: string;
+    /** Where the service logs (silent unless TEST_LOG_LEVEL says otherwise). */
+    logger?: Logger;
+  } = {},
 ): Promise<TestApp> {
   const database = options.databaseUrl
     ? { url: options.databaseUrl, drop: async () => undefined }
     : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
   const orm = await openDatabase(database.url, { pool: { min: 0, max: 10 } });
-  const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
+  const app = await start({ config, orm, logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
   return {
     app,
     orm,
