@@ -31,7 +31,7 @@ import { OperatorService } from '../gen/publishing/operator/v1/operator_service_
 import { clientWentAway, createListener, type Listener, type RequestHandler } from './listener';
 import { createRpcHandler } from './rpc-handler';
 import { RestGateway, sendError, writeBody, writeJson } from './gateway';
-import { createRequestContextInterceptor, createRequestGate, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
+import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
 import { createRefusalAudit } from './refusal-audit';
 import { HealthService, blocking, databaseReadiness, downDependencies, type ReadinessCheck } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
@@ -217,7 +217,12 @@ export async function start(options: BuildOptions): Promise<App> {
       }),
       auditRefusal: createRefusalAudit(logger),
     }),
-    interceptors: [createRequestContextInterceptor(orm, logger, metrics.observeCall), createAuditInterceptor(logger), createAuthorizeInterceptor()],
+    interceptors: [
+      createRequestContextInterceptor(orm, logger, metrics.observeCall),
+      createAuditInterceptor(logger),
+      createStorableTextInterceptor(),
+      createAuthorizeInterceptor(),
+    ],
     readMaxBytes: config.maxBodyBytes,
     acceptCompression: [compressionGzip, compressionBrotli],
   };

@@ -131,18 +131,25 @@ export function createRequestGate(options: RequestGateOptions): (ctx: HandlerCon
       },
       { once: true },
     );
+    const call = { requestId, procedure, logger, clientGone: ctx.values.get(clientGoneKey) };
     try {
       try {
         await options.authenticate(ctx);
       } catch (error) {
         if (transport === 'rest') throw error;
-        ctx.values.set(callerRefusalKey, callError(error, { requestId, procedure, logger }));
-        return;
+        ctx.values.set(callerRefusalKey, callError(error, call));
       }
+      // A deadline that passed meanwhile has had its coded answer from the abort listener;
+      // it (or the caller's refusal, which comes first) must be the one written, not the
+      // raw error of a decoding that fails after the signal is spent (an abort reaches the
+      // listener once).
+      const callerRefusal = ctx.values.get(callerRefusalKey);
+      if (ctx.signal.aborted) throw callerRefusal ?? ctx.signal.reason;
+      if (callerRefusal) return;
       const pending = ctx.values.get(pendingRefusalKey);
       if (pending) throw pending;
     } catch (error) {
-      throw callError(error, { requestId, procedure, logger });
+      throw callError(error, call);
     }
   };
 }
@@ -196,6 +203,8 @@ function callError(error: unknown, call: { requestId: string; procedure: string;
     connectError = apiError('CANCELED', 'The client went away.');
   } else if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
     connectError = boundedMessage(error);
+    // Refusals raised without a stable code (the health service's NotFound, a deadline) get the one their gRPC code implies.
+    if (!errorInfoOf(connectError)) connectError.details.push(errorInfoDetail(fallbackCodeOf(connectError.code)));
   } else if (isDatabaseUnavailable(error)) {
     call.logger.warn({ requestId: call.requestId, err: error, procedure: call.procedure }, 'database unavailable');
     connectError = databaseUnavailable();
@@ -231,9 +240,6 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
     };
     try {
       if (callerRefusal) throw callerRefusal;
-      if (!req.stream && containsNul(req.message)) {
-        throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
-      }
       const res = await next(req);
       res.header.set('x-request-id', requestId);
       finish('OK');
@@ -247,10 +253,21 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
 }
 
 /**
- * PostgreSQL text and jsonb cannot hold U+0000, so a string carrying one fails its
- * query as an internal error, and the audit event of a refused action (whose target is
- * the id the caller sent) cannot be written. No field of this API has a use for it.
+ * Refuses text PostgreSQL cannot store. Text and jsonb cannot hold U+0000, so a string
+ * carrying one would fail its query as an internal error, and the audit event of the
+ * refused action could not name its target (the id the caller sent). No field of this API
+ * has a use for it. Placed inside the audit interceptor, before any handler names a
+ * target, so the refusal is audited like any other.
  */
+export function createStorableTextInterceptor(): Interceptor {
+  return (next) => async (req) => {
+    if (!req.stream && containsNul(req.message)) {
+      throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
+    }
+    return next(req);
+  };
+}
+
 function containsNul(value: unknown): boolean {
   if (typeof value === 'string') return value.includes('\u0000');
   if (Array.isArray(value)) return value.some(containsNul);

@@ -163,3 +163,24 @@ describe('an audited action refused for its body over REST', () => {
     expect(await refusedEvents(requestId)).toEqual([{ action: 'connection.confirm', outcome: 'refused', reason: code, organization_id: tenant.organizationId }]);
   });
 });
+
+describe('a request to an RPC path that no protocol takes', () => {
+  async function refusal(method: string, path: string, headers: [string, string][], requestId: string) {
+    const answer = await rawHttp1(t.url, http1Request(method, path, [...headers, ['x-request-id', requestId]], method === 'GET' ? undefined : Buffer.from('{}')));
+    const body = JSON.parse(answer.body.toString('utf8')) as { code: string; requestId: string };
+    return { status: answer.status, code: body.code, requestId: body.requestId, header: answer.headers['x-request-id']?.[0], allow: answer.headers['allow']?.[0] };
+  }
+
+  it('answers a content type none of the protocols speaks 415 UNSUPPORTED_MEDIA_TYPE with the request id', async () => {
+    expect(await refusal('POST', CONFIRM, [['Content-Type', 'text/plain']], 'no-protocol-415')).toMatchObject({ status: 415, code: 'UNSUPPORTED_MEDIA_TYPE', requestId: 'no-protocol-415', header: 'no-protocol-415' });
+  });
+
+  it('answers a method the RPC does not allow 405 METHOD_NOT_ALLOWED with Allow and the request id', async () => {
+    expect(await refusal('GET', `${CONFIRM}?connect=v1&encoding=json&message={}`, [], 'no-protocol-405')).toMatchObject({ status: 405, code: 'METHOD_NOT_ALLOWED', requestId: 'no-protocol-405', allow: 'POST' });
+  });
+
+  it('answers a bidirectional stream over HTTP/1.1 400 INVALID_ARGUMENT, not 505', async () => {
+    const reflection = '/grpc.reflection.v1.ServerReflection/ServerReflectionInfo';
+    expect(await refusal('POST', reflection, [['Content-Type', 'application/grpc-web+proto']], 'no-protocol-505')).toMatchObject({ status: 400, code: 'INVALID_ARGUMENT', requestId: 'no-protocol-505' });
+  });
+});
