@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import { Pool } from 'pg';
 import { randomUUID } from 'node:crypto';
 import { createConnectRouter, type ConnectRouter } from '@connectrpc/connect';
-import { connectNodeAdapter } from '@connectrpc/connect-node';
+import { compressionBrotli, compressionGzip } from '@connectrpc/connect-node';
 import type { Config } from '../config';
 import { createLogger, type Logger } from '../config/logger';
 import { openDatabase, migrate, type MikroORM } from '../db';
@@ -30,9 +30,10 @@ import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
 import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { EventService } from '../gen/publishing/internal/v1/event_service_pb';
-import { createListener, type Listener, type RequestHandler } from './listener';
+import { clientWentAway, createListener, type Listener, type RequestHandler } from './listener';
+import { createRpcHandler } from './rpc-handler';
 import { RestGateway, sendError, writeBody, writeJson } from './gateway';
-import { createRequestContextInterceptor, createRequestGate, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
+import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
 import { createRefusalAudit } from './refusal-audit';
 import { HealthService, blocking, databaseReadiness, downDependencies, type ReadinessCheck } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
@@ -223,17 +224,19 @@ export async function start(options: BuildOptions): Promise<App> {
       }),
       auditRefusal: createRefusalAudit(logger),
     }),
-    interceptors: [createRequestContextInterceptor(orm, logger, metrics.observeCall), createAuditInterceptor(logger), createAuthorizeInterceptor()],
+    interceptors: [
+      createRequestContextInterceptor(orm, logger, metrics.observeCall),
+      createAuditInterceptor(logger),
+      createStorableTextInterceptor(),
+      createAuthorizeInterceptor(),
+    ],
     readMaxBytes: config.maxBodyBytes,
+    acceptCompression: [compressionGzip, compressionBrotli],
   };
   const router = createConnectRouter(routerOptions);
   routes(router);
   const gateway = new RestGateway({ router, services: PUBLIC_SERVICES.map((s) => s.typeName), maxBodyBytes: config.maxBodyBytes });
-  const connectHandler = connectNodeAdapter({
-    routes,
-    ...routerOptions,
-    fallback: (req, res) => sendError(res as never, 'ROUTE_NOT_FOUND', `No route for ${req.url ?? '/'}.`, randomUUID()),
-  });
+  const rpcHandler = createRpcHandler({ router, logger });
 
   const handler: RequestHandler = (req, res) => {
     const path = (req.url ?? '/').split('?')[0] ?? '/';
@@ -271,12 +274,13 @@ export async function start(options: BuildOptions): Promise<App> {
       const incoming = req.headers['x-request-id'];
       const requestId = requestIdFrom(typeof incoming === 'string' ? incoming : null);
       gateway.handle(req, res, requestId).catch((error: unknown) => {
+        if (clientWentAway(req, res)) return logger.debug({ err: error, requestId }, 'client went away before its answer was written');
         logger.error({ err: error, requestId }, 'gateway failure');
         sendError(res, 'INTERNAL', `Internal error; quote request id ${requestId} when reporting it.`, requestId);
       });
       return;
     }
-    connectHandler(req as never, res as never);
+    rpcHandler(req, res);
   };
 
   const listener: Listener = createListener(handler);

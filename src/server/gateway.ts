@@ -7,7 +7,7 @@ import { http } from '../gen/google/api/annotations_pb';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
 import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
-import { pendingRefusalKey } from './request-context';
+import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
@@ -106,7 +106,10 @@ export class RestGateway {
     res.once('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const contextValues = createContextValues().set(transportKey, 'rest').set(pendingRefusalKey, refusal);
+    const contextValues = createContextValues()
+      .set(transportKey, 'rest')
+      .set(pendingRefusalKey, refusal)
+      .set(clientGoneKey, () => abort.signal.aborted);
     const answer = await route.handler({
       httpVersion: '1.1',
       url: `http://gateway.invalid${route.handler.requestPath}`,
@@ -117,7 +120,7 @@ export class RestGateway {
       contextValues,
     });
 
-    const body = await collect(answer.body);
+    const body = await collect(answer.body && afterRefusalRecords(answer.body, contextValues));
     answer.header?.forEach((value, name) => {
       if (!['content-type', 'content-length', 'content-encoding', 'connect-content-encoding'].includes(name)) {
         res.setHeader(name, value);

@@ -172,6 +172,17 @@ export function createListener(
   };
 }
 
+/**
+ * Whether the client closed its connection or reset its stream before the answer was
+ * complete: what fails after that (reading the body, writing the answer) is the client
+ * leaving, not the service failing.
+ */
+export function clientWentAway(req: Parameters<RequestHandler>[0], res: Parameters<RequestHandler>[1]): boolean {
+  if (res.writableEnded) return false;
+  // Node's HTTP/1.1 response is destroyed when its connection closes before it ended.
+  return req instanceof http2.Http2ServerRequest ? req.stream.destroyed : res.destroyed;
+}
+
 /** Cancels an HTTP/2 request whose body has not ended `ms` after its head. */
 function bodyDeadline(req: http2.Http2ServerRequest, ms: number) {
   const stream = req.stream;

@@ -7,10 +7,11 @@ import { errorInfoOf } from '../errors';
 import type { Logger } from '../config/logger';
 
 /**
- * Records the refusal of an audited RPC that the request gate decided, after
- * authentication and before the body reached the audit interceptor (a body that is not
- * JSON, or not the request's shape): every refusal of an audited action is in the trail.
- * Goes through the audit module's only write, appendAuditEvent.
+ * Records the refusal of an audited RPC decided after authentication and before the body
+ * reached the audit interceptor (a body that is not JSON, not protobuf, or not the
+ * request's shape, on any transport): every refusal of an audited action is in the trail.
+ * Goes through the audit module's only write, appendAuditEvent. Never rejects: the
+ * refusal is answered whether or not its event could be stored.
  */
 export function createRefusalAudit(logger: Logger): (ctx: HandlerContext, refusal: ConnectError) => Promise<void> {
   return async (ctx, refusal) => {

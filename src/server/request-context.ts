@@ -29,13 +29,47 @@ const callerRefusalKey = createContextKey<ConnectError | null>(null, { descripti
  */
 export const pendingRefusalKey = createContextKey<ConnectError | null>(null, { description: 'refusal decided before the call' });
 
+/**
+ * Whether the client has gone away (closed its connection, reset its stream) before its
+ * answer was complete. Set by whoever hands the call over (the node adapter, the REST
+ * gateway); what fails then is the client leaving, not the service.
+ */
+export const clientGoneKey = createContextKey<() => boolean>(() => false, { description: 'client gone' });
+
+/** Writes the answer must wait for: the audit event of a refusal decided before the interceptors. */
+const answerAwaitsKey = createContextKey<Promise<void> | null>(null, { description: 'writes the answer waits for' });
+
+/**
+ * The answer's body, each chunk released only once the writes of the call's refusal are
+ * done (see createRequestGate). connect-es decides the refusal, synchronously, before it
+ * serializes it, so no byte of a refusal reaches the client before its audit event is
+ * stored; and the event is stored whether or not the client stays to read it.
+ */
+export function afterRefusalRecords(body: AsyncIterable<Uint8Array>, values: HandlerContext['values']): AsyncIterable<Uint8Array> {
+  return {
+    [Symbol.asyncIterator]() {
+      const it = body[Symbol.asyncIterator]();
+      return {
+        async next() {
+          const chunk = await it.next();
+          await values.get(answerAwaitsKey);
+          return chunk;
+        },
+        // connect-es learns of write errors through throw(), and ends the call through return().
+        ...(it.throw && { throw: (error?: unknown) => it.throw!(error) }),
+        ...(it.return && { return: (value?: unknown) => it.return!(value) }),
+      };
+    },
+  };
+}
+
 export interface RequestGateOptions {
   orm: MikroORM;
   logger: Logger;
   observe?: CallObserver;
   /** Establishes the caller; throws its refusal. */
   authenticate(ctx: HandlerContext): Promise<void>;
-  /** Records the refusal of an audited RPC that never reached the audit interceptor. */
+  /** Records the refusal of an audited RPC that never reached the audit interceptor; never rejects. */
   auditRefusal(ctx: HandlerContext, refusal: ConnectError): Promise<void>;
 }
 
@@ -52,6 +86,11 @@ export interface RequestGateOptions {
  * and offers no hook to replace it, so the abort listener turns it into a coded refusal
  * carrying the request id, in place. A wrapper around the handler would have to re-encode the answer per protocol
  * (gRPC-web trailers live in the body), and a custom serializer cannot be configured.
+ *
+ * A refusal decided there (or the REST gateway's, raised by the gate) is audited like any
+ * other refusal of an audited RPC. The abort listener cannot wait, so it starts the write
+ * and leaves it where the adapter (afterRefusalRecords) holds the answer until it is done.
+ * A client that went away is not refused: it is logged at debug, as it is nobody's fault here.
  *
  * A caller the gate refuses is answered with that refusal whatever the body holds, but
  * only once the body is in: Node's HTTP/2 client (grpc-js, connect-node) never frees the
@@ -74,32 +113,43 @@ export function createRequestGate(options: RequestGateOptions): (ctx: HandlerCon
       'abort',
       () => {
         const error: unknown = ctx.signal.reason;
-        if (ctx.values.get(interceptedKey) || !(error instanceof ConnectError)) return;
+        if (ctx.values.get(interceptedKey)) return;
+        const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+        if (ctx.values.get(clientGoneKey)()) {
+          observe?.({ procedure, transport, code: 'CANCELED', seconds });
+          logger.debug({ requestId, procedure, transport, ms: Math.round(seconds * 1000) }, 'client went away before the call was decoded');
+          return;
+        }
+        if (!(error instanceof ConnectError)) return;
         const callerRefusal = ctx.values.get(callerRefusalKey);
         if (callerRefusal && callerRefusal !== error) replaceWith(error, callerRefusal);
         const code = asRefusal(error, ctx.method.input.typeName);
         error.metadata.set('x-request-id', requestId);
-        const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+        ctx.values.set(answerAwaitsKey, options.auditRefusal(ctx, error));
         observe?.({ procedure, transport, code, seconds });
         logger.info({ requestId, procedure, transport, code, ms: Math.round(seconds * 1000) }, 'call refused before decoding');
       },
       { once: true },
     );
+    const call = { requestId, procedure, logger, clientGone: ctx.values.get(clientGoneKey) };
     try {
       try {
         await options.authenticate(ctx);
       } catch (error) {
         if (transport === 'rest') throw error;
-        ctx.values.set(callerRefusalKey, callError(error, { requestId, procedure, logger }));
-        return;
+        ctx.values.set(callerRefusalKey, callError(error, call));
       }
+      // A deadline that passed meanwhile has had its coded answer from the abort listener;
+      // it (or the caller's refusal, which comes first) must be the one written, not the
+      // raw error of a decoding that fails after the signal is spent (an abort reaches the
+      // listener once).
+      const callerRefusal = ctx.values.get(callerRefusalKey);
+      if (ctx.signal.aborted) throw callerRefusal ?? ctx.signal.reason;
+      if (callerRefusal) return;
       const pending = ctx.values.get(pendingRefusalKey);
-      if (pending) {
-        await options.auditRefusal(ctx, pending);
-        throw pending;
-      }
+      if (pending) throw pending;
     } catch (error) {
-      throw callError(error, { requestId, procedure, logger });
+      throw callError(error, call);
     }
   };
 }
@@ -141,11 +191,20 @@ function replaceWith(error: ConnectError, refusal: ConnectError): void {
   refusal.metadata.forEach((value, name) => error.metadata.set(name, value));
 }
 
-/** What the client is told about an error: its own refusal, UNAVAILABLE for a database outage, else INTERNAL. */
-function callError(error: unknown, call: { requestId: string; procedure: string; logger: Logger }): ConnectError {
+/**
+ * What the client is told about an error: its own refusal, UNAVAILABLE for a database
+ * outage, else INTERNAL. A client that has gone away is told nothing; whatever failed
+ * because it left is logged at debug.
+ */
+function callError(error: unknown, call: { requestId: string; procedure: string; logger: Logger; clientGone?: () => boolean }): ConnectError {
   let connectError: ConnectError;
-  if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
+  if (call.clientGone?.()) {
+    call.logger.debug({ requestId: call.requestId, err: error, procedure: call.procedure }, 'client went away during the call');
+    connectError = apiError('CANCELED', 'The client went away.');
+  } else if (error instanceof ConnectError && (error.code !== Code.Internal || errorInfoOf(error))) {
     connectError = boundedMessage(error);
+    // Refusals raised without a stable code (the health service's NotFound, a deadline) get the one their gRPC code implies.
+    if (!errorInfoOf(connectError)) connectError.details.push(errorInfoDetail(fallbackCodeOf(connectError.code)));
   } else if (isDatabaseUnavailable(error)) {
     call.logger.warn({ requestId: call.requestId, err: error, procedure: call.procedure }, 'database unavailable');
     connectError = databaseUnavailable();
@@ -181,15 +240,12 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
     };
     try {
       if (callerRefusal) throw callerRefusal;
-      if (!req.stream && containsNul(req.message)) {
-        throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
-      }
       const res = await next(req);
       res.header.set('x-request-id', requestId);
       finish('OK');
       return res;
     } catch (error) {
-      const connectError = callError(error, { requestId, procedure, logger });
+      const connectError = callError(error, { requestId, procedure, logger, clientGone: req.contextValues.get(clientGoneKey) });
       finish(errorInfoOf(connectError)?.code ?? fallbackCodeOf(connectError.code));
       throw connectError;
     }
@@ -197,10 +253,21 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
 }
 
 /**
- * PostgreSQL text and jsonb cannot hold U+0000, so a string carrying one fails its
- * query as an internal error, and the audit event of a refused action (whose target is
- * the id the caller sent) cannot be written. No field of this API has a use for it.
+ * Refuses text PostgreSQL cannot store. Text and jsonb cannot hold U+0000, so a string
+ * carrying one would fail its query as an internal error, and the audit event of the
+ * refused action could not name its target (the id the caller sent). No field of this API
+ * has a use for it. Placed inside the audit interceptor, before any handler names a
+ * target, so the refusal is audited like any other.
  */
+export function createStorableTextInterceptor(): Interceptor {
+  return (next) => async (req) => {
+    if (!req.stream && containsNul(req.message)) {
+      throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
+    }
+    return next(req);
+  };
+}
+
 function containsNul(value: unknown): boolean {
   if (typeof value === 'string') return value.includes('\u0000');
   if (Array.isArray(value)) return value.some(containsNul);

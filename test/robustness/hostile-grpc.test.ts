@@ -2,9 +2,11 @@
  * Hostile input on the RPC side of the listener: generated clients over gRPC, Connect
  * and gRPC-web with arbitrary field values, and hand-built HTTP/2 gRPC, HTTP/1.1
  * Connect and gRPC-web requests with broken envelopes, encodings, content types,
- * timeouts, paths and metadata. Every refusal carries a client-fault gRPC code (with
- * a documented ErrorInfo reason when the service raised it), nothing answers with a
- * server fault, the listener keeps serving, and nothing stored changes.
+ * timeouts, paths and metadata. Every refusal carries a client-fault gRPC code with a
+ * documented ErrorInfo reason (or, for what no protocol takes, the documented JSON error)
+ * and the request id the client sent; nothing answers with a server fault (no 5xx, 501
+ * included), the listener keeps serving, nothing stored changes, and every refusal of an
+ * audited RPC past authentication is in the audit trail.
  */
 import net from 'node:net';
 import http2 from 'node:http2';
@@ -35,6 +37,8 @@ import {
   inPool,
   rawH2,
   rawHttp1,
+  requestIdProblem,
+  restErrorProblem,
   snapshotDomain,
   stillAlive,
   type GrpcExpectations,
@@ -67,12 +71,14 @@ const METHODS: DescMethod[] = SERVICES.flatMap((s) => s.methods.filter((m) => m.
 const READS = new Set(['ListConnections', 'ListWebhooks', 'ListPosts', 'Check']);
 /** RPCs whose calls (refusals included) are audited once past authentication. */
 const AUDITED = new Set(['StartConnection', 'CompleteConnection', 'ConfirmConnection', 'DisableConnection', 'ReleaseHeldPosts']);
-/** Codes given before the audit interceptor runs (parsing, authentication); INVALID_ARGUMENT can come from either side. */
-const BEFORE_AUDIT = new Set(['AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED', 'INVALID_ARGUMENT', 'PAYLOAD_TOO_LARGE', 'OPERATOR_CREDENTIAL_REQUIRED']);
+/** Refusals of the caller itself: the only ones of an audited RPC that are not audited (there is no one to record). */
+const BEFORE_AUDIT = new Set(['AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED', 'OPERATOR_CREDENTIAL_REQUIRED']);
 const CONNECTABLE = ['instagram', 'facebook', 'linkedin', 'youtube'];
 
+/** What a call past its own deadline may be answered with (see sendGrpc). */
+const CLIENT_FAULT_OR_DEADLINE = new Set([Code.DeadlineExceeded, Code.InvalidArgument, Code.ResourceExhausted]);
 const pathOf = (m: DescMethod) => `/${m.parent.typeName}/${m.name}`;
-/** Content types each protocol takes; any other may be refused with a bare HTTP 415. */
+/** Content types each protocol takes; any other is refused 415 UNSUPPORTED_MEDIA_TYPE. */
 const CONNECT_CONTENT_TYPES = ['application/json', 'application/json; charset=utf-8', 'application/proto'];
 const GRPC_CONTENT_TYPES = ['application/grpc', 'application/grpc+proto', 'application/grpc+json', 'application/grpc-web+proto', 'application/grpc-web', 'application/grpc-web+json'];
 
@@ -461,28 +467,29 @@ function envelopeOf(flags: number, payload: Uint8Array, declared = payload.lengt
   return Buffer.concat([header, payload]);
 }
 
-/** The request body and extra headers for an envelope variant; `allow` lists the non-client-fault codes the variant may get. */
-function envelopeBody(kind: Envelope, payload: Uint8Array, bytes: number[]): { body: Buffer; headers: Record<string, string>; allow: Code[] } {
+/**
+ * The request body and extra headers for an envelope variant. An unknown encoding, a
+ * missing, second or cut message are protocol errors connect-es reports as Unimplemented
+ * (HTTP 501 over Connect); the service answers them as the client's: InvalidArgument.
+ */
+function envelopeBody(kind: Envelope, payload: Uint8Array, bytes: number[]): { body: Buffer; headers: Record<string, string> } {
   switch (kind) {
     case 'one':
-      return { body: envelopeOf(0, payload), headers: {}, allow: [] };
+      return { body: envelopeOf(0, payload), headers: {} };
     case 'gzip':
-      return { body: envelopeOf(1, gzipSync(payload)), headers: { 'grpc-encoding': 'gzip' }, allow: [] };
+      return { body: envelopeOf(1, gzipSync(payload)), headers: { 'grpc-encoding': 'gzip' } };
     case 'unknown-encoding':
-      // The gRPC protocol answers an encoding the server does not speak with Unimplemented.
-      return { body: envelopeOf(0, payload), headers: { 'grpc-encoding': 'snappy' }, allow: [Code.Unimplemented] };
+      return { body: envelopeOf(0, payload), headers: { 'grpc-encoding': 'snappy' } };
     case 'none':
-      // A unary call without its one message is a protocol error connect-es reports as Unimplemented.
-      return { body: Buffer.alloc(0), headers: {}, allow: [Code.Unimplemented] };
+      return { body: Buffer.alloc(0), headers: {} };
     case 'two':
-      return { body: Buffer.concat([envelopeOf(0, payload), envelopeOf(0, payload)]), headers: {}, allow: [Code.Unimplemented] };
+      return { body: Buffer.concat([envelopeOf(0, payload), envelopeOf(0, payload)]), headers: {} };
     case 'short':
-      // A cut envelope is "incomplete" or, when nothing of it could be read, the missing message (Unimplemented).
-      return { body: envelopeOf(0, payload, payload.length + 1 + (bytes[0] ?? 0)), headers: {}, allow: [Code.Unimplemented] };
+      return { body: envelopeOf(0, payload, payload.length + 1 + (bytes[0] ?? 0)), headers: {} };
     case 'trailing-bytes':
-      return { body: Buffer.concat([envelopeOf(0, payload), Buffer.from(bytes.slice(0, 4))]), headers: {}, allow: [] };
+      return { body: Buffer.concat([envelopeOf(0, payload), Buffer.from(bytes.slice(0, 4))]), headers: {} };
     case 'declared-oversize':
-      return { body: envelopeOf(0, Buffer.from(bytes), 1_048_577 + (bytes[0] ?? 0) * 1_000_000), headers: {}, allow: [] };
+      return { body: envelopeOf(0, Buffer.from(bytes), 1_048_577 + (bytes[0] ?? 0) * 1_000_000), headers: {} };
   }
 }
 
@@ -527,10 +534,18 @@ function typedClient(name: TransportName, method: DescMethod) {
   return c as unknown as Record<string, (req: unknown, options: { headers: Headers; timeoutMs?: number }) => Promise<unknown>>;
 }
 
-function refusalOutcome(protocol: string, method: DescMethod, code: Code, reason: string | undefined, problem: string | null, requestId: string | null): Outcome {
+/** The outcome of a refusal: its problems (code, ErrorInfo, request id) and, for an audited RPC, the event it must have left. */
+function refusalOutcome(
+  protocol: string,
+  method: DescMethod,
+  code: Code,
+  reason: string | undefined,
+  problem: string | null,
+  ids: { sent: string; returned: string | null | undefined },
+): Outcome {
   const label = `${Code[code]}${reason ? ` ${reason}` : ''}`;
-  const audited = AUDITED.has(method.name) && reason && !BEFORE_AUDIT.has(reason) && requestId ? { requestId, code: reason } : undefined;
-  return { protocol, label, problem, ...(audited ? { audited } : {}) };
+  const audited = AUDITED.has(method.name) && reason && !BEFORE_AUDIT.has(reason) ? { requestId: ids.sent, code: reason } : undefined;
+  return { protocol, label, problem: problem ?? requestIdProblem(ids.sent, ids.returned), ...(audited ? { audited } : {}) };
 }
 
 async function sendTyped(c: TypedCase): Promise<Outcome> {
@@ -559,7 +574,7 @@ async function sendTyped(c: TypedCase): Promise<Outcome> {
     const e = ConnectError.from(error);
     const info = e.findDetails(ErrorInfoSchema)[0];
     const problem = grpcRefusalProblem(e.code, info);
-    return refusalOutcome(protocol, c.method, e.code, info?.reason, problem && `${problem}: ${e.rawMessage.slice(0, 160)}`, requestId);
+    return refusalOutcome(protocol, c.method, e.code, info?.reason, problem && `${problem}: ${e.rawMessage.slice(0, 160)}`, { sent: requestId, returned: e.metadata.get('x-request-id') });
   } finally {
     own?.abort();
   }
@@ -583,8 +598,9 @@ async function sendGrpc(c: GrpcCase): Promise<Outcome> {
   const who = callerFor(c.method, c.message, c.caller);
   const asJson = c.contentType.includes('+json');
   const payload = asJson ? Buffer.from(jsonText(c.method, c.message)) : protoBytes(c.method, c.message, c.unknown);
-  const { body, headers: extra, allow } = envelopeBody(c.envelope, payload, [...payload.subarray(0, 8)]);
-  const expectations: GrpcExpectations = { alsoAllowed: [...allow, ...(c.timeout === '1n' ? [Code.DeadlineExceeded] : [])] };
+  const { body, headers: extra } = envelopeBody(c.envelope, payload, [...payload.subarray(0, 8)]);
+  // A deadline of one nanosecond is one the call cannot meet: DeadlineExceeded is the answer it asked for.
+  const expectations: GrpcExpectations = { alsoAllowed: c.timeout === '1n' ? [Code.DeadlineExceeded] : [] };
   const exact = pathOf(c.method);
   const path = {
     exact,
@@ -611,14 +627,16 @@ async function sendGrpc(c: GrpcCase): Promise<Outcome> {
   const isGrpc = GRPC_CONTENT_TYPES.includes(c.contentType);
   if (answer.status !== 200 || !isGrpc) {
     const label = `HTTP ${answer.status}`;
+    const http = { status: answer.status, body: answer.body, headers: Object.fromEntries(Object.entries(answer.headers).map(([n, v]) => [n, Array.isArray(v) ? v : [String(v)]])) };
+    const returnedId = http.headers['x-request-id']?.[0];
     // HTTP-level refusals the protocols define: an RPC path that does not exist, a content type or method they do not take.
-    if (answer.status === 404 && c.path !== 'exact') return { protocol, label, problem: connectErrorProblem({ status: 404, body: answer.body }) };
-    if (answer.status === 415 && !isGrpc && !CONNECT_CONTENT_TYPES.includes(c.contentType)) return { protocol, label, problem: null };
-    if (answer.status === 405 && c.httpMethod !== 'POST') return { protocol, label, problem: null };
+    if (answer.status === 404 && c.path !== 'exact') return { protocol, label, problem: connectErrorProblem(http) ?? requestIdProblem(requestId, returnedId) };
+    if (answer.status === 415 && !isGrpc && !CONNECT_CONTENT_TYPES.includes(c.contentType)) return { protocol, label, problem: restErrorProblem(http) ?? requestIdProblem(requestId, returnedId) };
+    if (answer.status === 405 && c.httpMethod !== 'POST') return { protocol, label, problem: restErrorProblem(http) ?? requestIdProblem(requestId, returnedId) };
     // Over HTTP/2 a Connect content type makes it a Connect request (here with an envelope for a body).
     if (!isGrpc && CONNECT_CONTENT_TYPES.includes(c.contentType)) {
       if (answer.status === 200) return { protocol, label: 'OK', problem: READS.has(c.method.name) ? null : `${c.method.name} succeeded` };
-      return { protocol, label, problem: connectErrorProblem({ status: answer.status, body: answer.body }, expectations) };
+      return { protocol, label, problem: connectErrorProblem(http, expectations) ?? requestIdProblem(requestId, returnedId) };
     }
     return { protocol, label, problem: `unexpected HTTP ${answer.status}: ${answer.body.toString('utf8').slice(0, 160)}` };
   }
@@ -627,9 +645,14 @@ async function sendGrpc(c: GrpcCase): Promise<Outcome> {
   if (status === 'missing') return { protocol, label: 'no grpc-status', problem: 'an answer without grpc-status' };
   if (status === null) return { protocol, label: 'OK', problem: READS.has(c.method.name) ? null : `${c.method.name} succeeded` };
   const gzipOverLimit = c.envelope === 'gzip' && payload.length > t.config.maxBodyBytes;
-  const problem = jestZlibArtifact(gzipOverLimit, status.code, status.message) ? null : grpcRefusalProblem(status.code, status.info, expectations);
   const id = (answer.trailers['x-request-id'] ?? answer.headers['x-request-id'] ?? grpcWebTrailers['x-request-id']) as string | undefined;
-  return refusalOutcome(protocol, c.method, status.code, status.info?.reason, problem && `${problem}: ${status.message.slice(0, 160)}`, id ?? null);
+  if (jestZlibArtifact(gzipOverLimit, status.code, status.message)) return { protocol, label: 'jest zlib artifact', problem: null };
+  // connect-es reports a call's abort once: when a one-nanosecond deadline passes while the body is
+  // still being read, the decoding error that follows is written as the protocol raised it, with a
+  // client-fault code but no ErrorInfo or request id (see the README, "Errors").
+  if (c.timeout === '1n' && !status.info && CLIENT_FAULT_OR_DEADLINE.has(status.code)) return { protocol, label: `${Code[status.code]} after its deadline`, problem: null };
+  const problem = grpcRefusalProblem(status.code, status.info, expectations);
+  return refusalOutcome(protocol, c.method, status.code, status.info?.reason, problem && `${problem}: ${status.message.slice(0, 160)}`, { sent: requestId, returned: id });
 }
 
 /** The trailer frame (flag 0x80) of a gRPC-web response body, as header fields. */
@@ -694,14 +717,11 @@ async function sendConnect(c: ConnectCase): Promise<Outcome> {
   if (authorization !== null) headers.push(['Authorization', authorization]);
   if (c.protocolVersion !== null) headers.push(['Connect-Protocol-Version', c.protocolVersion]);
   if (c.timeout !== null) headers.push(['Connect-Timeout-Ms', c.timeout]);
-  const allow: Code[] = [];
   if (c.encoding === 'gzip') {
     body = gzipSync(body);
     headers.push(['Content-Encoding', 'gzip']);
   } else if (c.encoding === 'unknown') {
     headers.push(['Content-Encoding', 'snappy']);
-    // The Connect protocol answers an encoding the server does not speak with unimplemented (HTTP 501).
-    allow.push(Code.Unimplemented);
   }
   let target = pathOf(c.method);
   let request: Buffer;
@@ -713,9 +733,7 @@ async function sendConnect(c: ConnectCase): Promise<Outcome> {
   }
   const answer = await rawHttp1(t.url, request);
   return judgeHttp1Rpc(protocol, c.method, answer, {
-    allow,
-    allowBare: (status) => (status === 415 && !CONNECT_CONTENT_TYPES.includes(c.contentType)) || (status === 405 && c.httpMethod === 'GET'),
-    allow501: allow.includes(Code.Unimplemented),
+    noProtocol: (status) => (status === 415 && !CONNECT_CONTENT_TYPES.includes(c.contentType)) || (status === 405 && c.httpMethod === 'GET'),
     grpcWeb: false,
     gzipOverLimit: c.encoding === 'gzip' && uncompressed > t.config.maxBodyBytes,
   }, requestId);
@@ -726,16 +744,14 @@ async function sendGrpcWeb(c: GrpcWebCase): Promise<Outcome> {
   const who = callerFor(c.method, c.message, c.caller);
   const asJson = c.contentType.includes('+json');
   const payload = asJson ? Buffer.from(jsonText(c.method, c.message)) : protoBytes(c.method, c.message);
-  const { body, headers: extra, allow } = envelopeBody(c.envelope, payload, [...payload.subarray(0, 8)]);
+  const { body, headers: extra } = envelopeBody(c.envelope, payload, [...payload.subarray(0, 8)]);
   const requestId = `robust-${randomUUID()}`;
   const headers: [string, string][] = [['Content-Type', c.contentType], ['x-request-id', requestId], ['x-grpc-web', '1'], ...Object.entries(extra)];
   const authorization = authorizationOf(who);
   if (authorization !== null) headers.push(['Authorization', authorization]);
   const answer = await rawHttp1(t.url, http1Request('POST', pathOf(c.method), headers, body));
   return judgeHttp1Rpc(protocol, c.method, answer, {
-    allow,
-    allowBare: (status) => status === 415 && c.contentType === 'application/grpc-web-text',
-    allow501: false,
+    noProtocol: (status) => status === 415 && c.contentType === 'application/grpc-web-text',
     grpcWeb: true,
     gzipOverLimit: c.envelope === 'gzip' && payload.length > t.config.maxBodyBytes,
   }, requestId);
@@ -755,27 +771,32 @@ function judgeHttp1Rpc(
   protocol: string,
   method: DescMethod,
   raw: RawResponse,
-  rules: { allow: Code[]; allowBare: (status: number) => boolean; allow501: boolean; grpcWeb: boolean; gzipOverLimit: boolean },
+  rules: { noProtocol: (status: number) => boolean; grpcWeb: boolean; gzipOverLimit: boolean },
   requestId: string,
 ): Outcome {
   if (raw.incomplete) return { protocol, label: 'no answer', problem: `no answer: ${raw.error ?? 'incomplete'}` };
   const answer = decodedBody(raw);
   const label = `HTTP ${answer.status}`;
   const artifact = answer.status === 500 && rules.gzipOverLimit && answer.body.toString('utf8') === '{"code":"internal","message":"decompression failed"}';
-  if (answer.status >= 500 && !(answer.status === 501 && rules.allow501) && !artifact) {
+  if (answer.status >= 500 && !artifact) {
     return { protocol, label, problem: `HTTP ${answer.status}: ${answer.body.toString('utf8').slice(0, 160)}` };
   }
+  const returnedId = answer.headers['x-request-id']?.[0];
   if (rules.grpcWeb && answer.status === 200) {
     const flat = Object.fromEntries(Object.entries(answer.headers).map(([n, v]) => [n, v[0] ?? '']));
-    const status = grpcStatusOf({ ...flat, ...trailersFromGrpcWebBody(answer.body) });
+    const trailers = trailersFromGrpcWebBody(answer.body);
+    const status = grpcStatusOf({ ...flat, ...trailers });
     if (status === 'missing') return { protocol, label: 'no grpc-status', problem: 'an answer without grpc-status' };
     if (status === null) return { protocol, label: 'OK', problem: READS.has(method.name) ? null : `${method.name} succeeded` };
-    const problem = jestZlibArtifact(rules.gzipOverLimit, status.code, status.message) ? null : grpcRefusalProblem(status.code, status.info, { alsoAllowed: rules.allow });
-    return refusalOutcome(protocol, method, status.code, status.info?.reason, problem && `${problem}: ${status.message.slice(0, 160)}`, requestId);
+    if (jestZlibArtifact(rules.gzipOverLimit, status.code, status.message)) return { protocol, label: 'jest zlib artifact', problem: null };
+    const problem = grpcRefusalProblem(status.code, status.info);
+    return refusalOutcome(protocol, method, status.code, status.info?.reason, problem && `${problem}: ${status.message.slice(0, 160)}`, { sent: requestId, returned: trailers['x-request-id'] ?? returnedId });
   }
   if (answer.status === 200) return { protocol, label: 'OK', problem: READS.has(method.name) ? null : `${method.name} succeeded` };
-  if (answer.body.length === 0 && rules.allowBare(answer.status)) return { protocol, label: `${label} (protocol refusal)`, problem: null };
-  const problem = artifact ? null : connectErrorProblem(answer, { alsoAllowed: rules.allow });
+  if (artifact) return { protocol, label: 'jest zlib artifact', problem: null };
+  // What no protocol takes is answered as the REST gateway answers: the documented JSON error.
+  if (rules.noProtocol(answer.status)) return { protocol, label: `${label} (no protocol)`, problem: restErrorProblem(answer) ?? requestIdProblem(requestId, returnedId) };
+  const problem = connectErrorProblem(answer);
   let reason: string | undefined;
   let code = Code.Unknown;
   try {
@@ -786,7 +807,7 @@ function judgeHttp1Rpc(
   } catch {
     // judged by connectErrorProblem
   }
-  return refusalOutcome(protocol, method, code, reason, problem, requestId);
+  return refusalOutcome(protocol, method, code, reason, problem, { sent: requestId, returned: returnedId });
 }
 
 async function sendWire(c: WireCase): Promise<Outcome> {
@@ -856,7 +877,7 @@ it(
     const cases = fc.sample(anyCase, { numRuns: TOTAL_REQUESTS, seed });
     const failures: string[] = [];
     const labels = new Map<string, number>();
-    const audited: { requestId: string; code: string }[] = [];
+    const audited: { requestId: string; code: string; label: string }[] = [];
     let huge = 0;
 
     try {
@@ -871,7 +892,7 @@ it(
         const label = `${outcome.protocol} ${outcome.label}`;
         labels.set(label, (labels.get(label) ?? 0) + 1);
         if (outcome.problem) failures.push(`#${index} ${outcome.protocol}: ${outcome.problem}\n    ${summarize(c)}`);
-        if (outcome.audited) audited.push(outcome.audited);
+        if (outcome.audited) audited.push({ ...outcome.audited, label: `#${index} ${outcome.protocol} ${summarize(c)}` });
         if (index % 1_000 === 999 && (await stillAlive(t)) !== 200) failures.push(`the server stopped answering /healthz after #${index}`);
       });
     } finally {
@@ -894,6 +915,7 @@ it(
         `by protocol: ${JSON.stringify(Object.fromEntries(byProtocol))}`,
         `answers: ${JSON.stringify(Object.fromEntries([...labels].sort((x, y) => y[1] - x[1])))}`,
         `audit events added: ${audit.length} (${audit.filter((e) => e.outcome === 'succeeded').length} succeeded); audited refusals checked: ${audited.length}, missing: ${unaudited.length}`,
+        ...unaudited.slice(0, 5).map((a) => `  not audited: ${a.code} ${a.label}`),
         `failures: ${failures.length}`,
         ...failures.slice(0, 25).map((f) => `  ${f}`),
       ].join('\n'),

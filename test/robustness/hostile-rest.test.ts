@@ -413,8 +413,12 @@ function cases(maxBytes: number): fc.Arbitrary<CaseSpec> {
 const CONNECTABLE = ['instagram', 'facebook', 'linkedin', 'youtube'];
 /** Routes whose calls are audited once the caller is authenticated, refusals included. */
 const AUDITED_ROUTES = ['/api/v1/connections/start', '/api/v1/connections/complete', '/api/v1/connections/{id}/confirm', '/api/v1/connections/{id}/disable', '/api/v1/connections/{connection_id}/release'];
-/** Codes given before the audit interceptor runs (gateway, parsing, authentication); INVALID_ARGUMENT can come from either side. */
-const BEFORE_AUDIT = new Set(['ROUTE_NOT_FOUND', 'METHOD_NOT_ALLOWED', 'MALFORMED_JSON', 'INVALID_ARGUMENT', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED']);
+/**
+ * Refusals that are not audited: of a path or method that names no RPC, and of the caller
+ * itself (there is no one to record). Every other refusal of an audited route is, the
+ * body's included.
+ */
+const BEFORE_AUDIT = new Set(['ROUTE_NOT_FOUND', 'METHOD_NOT_ALLOWED', 'AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED']);
 
 /**
  * The all-scopes caller runs real handlers, so its payloads are made invalid by

@@ -260,15 +260,20 @@ export interface GrpcExpectations {
   alsoAllowed?: readonly Code[];
 }
 
-/** Problems with a gRPC/Connect refusal: its code and its ErrorInfo, if any. */
+/** Problems with a gRPC/Connect refusal: its code, and the ErrorInfo every refusal carries. */
 export function grpcRefusalProblem(code: Code, info: ErrorInfo | undefined, expect: GrpcExpectations = {}): string | null {
   if (!CLIENT_FAULT_CODES.has(code) && !expect.alsoAllowed?.includes(code)) return `gRPC code ${Code[code] ?? code} is not a refusal of the request`;
-  if (info) {
-    if (!(info.reason in ERRORS)) return `ErrorInfo reason ${info.reason} is not a documented code`;
-    const [expected] = ERRORS[info.reason as keyof typeof ERRORS];
-    if (expected !== code) return `ErrorInfo ${info.reason} travels as ${Code[code]}, documented as ${Code[expected]}`;
-  }
+  if (!info) return `${Code[code]} without an ErrorInfo (no stable code)`;
+  if (!(info.reason in ERRORS)) return `ErrorInfo reason ${info.reason} is not a documented code`;
+  const [expected] = ERRORS[info.reason as keyof typeof ERRORS];
+  if (expected !== code) return `ErrorInfo ${info.reason} travels as ${Code[code]}, documented as ${Code[expected]}`;
   return null;
+}
+
+/** Problems with the request id a refusal carries back: the one the client sent (ours are always valid). */
+export function requestIdProblem(sent: string, returned: string | null | undefined): string | null {
+  if (!returned) return 'a refusal without its request id';
+  return returned === sent ? null : `request id ${returned} in place of ${sent}`;
 }
 
 /**
@@ -293,8 +298,11 @@ export function errorInfoFromConnectJson(body: { details?: { type?: string; valu
   return detail?.value ? fromBinary(ErrorInfoSchema, Buffer.from(detail.value, 'base64')) : undefined;
 }
 
-/** Problems with a Connect-protocol error answer (JSON body with a Connect code). */
-export function connectErrorProblem(response: { status: number; body: Buffer }, expect: GrpcExpectations = {}): string | null {
+/**
+ * Problems with a Connect-protocol error answer (JSON body with a Connect code), or with
+ * the REST-style answer to a request that is no RPC or that no protocol takes.
+ */
+export function connectErrorProblem(response: { status: number; body: Buffer; headers: Record<string, string[]> }, expect: GrpcExpectations = {}): string | null {
   let parsed: { code?: unknown; message?: unknown; details?: { type?: string; value?: string }[] };
   try {
     parsed = JSON.parse(response.body.toString('utf8')) as typeof parsed;
@@ -304,16 +312,20 @@ export function connectErrorProblem(response: { status: number; body: Buffer }, 
   if (typeof parsed.code !== 'string') return `HTTP ${response.status} error body without a string code`;
   const code = codeFromString(parsed.code);
   if (code === undefined) {
-    // The REST-style fallback answer (ROUTE_NOT_FOUND) on paths that are not RPCs.
-    if (parsed.code in ERRORS && typeof parsed.message === 'string') return null;
+    // The REST-style answer on paths that are not RPCs, and to methods and content types no protocol takes.
+    if (parsed.code in ERRORS) return restErrorProblem(response);
     return `HTTP ${response.status} error code ${parsed.code} is neither a Connect code nor a documented one`;
   }
   return grpcRefusalProblem(code, errorInfoFromConnectJson(parsed), expect);
 }
 
-/** Problems with a REST error answer: JSON with string code (documented) and message. */
+/**
+ * Problems with a REST-style error answer (the gateway's, and the listener's for requests
+ * no protocol takes): JSON with a documented code, a message, and the request id, which the
+ * x-request-id header repeats.
+ */
 export function restErrorProblem(response: { status: number; body: Buffer; headers: Record<string, string[]> }): string | null {
-  let parsed: { code?: unknown; message?: unknown };
+  let parsed: { code?: unknown; message?: unknown; requestId?: unknown };
   try {
     parsed = JSON.parse(response.body.toString('utf8')) as typeof parsed;
   } catch {
@@ -322,6 +334,8 @@ export function restErrorProblem(response: { status: number; body: Buffer; heade
   if (typeof parsed.code !== 'string' || typeof parsed.message !== 'string') return `HTTP ${response.status} body lacks string code and message`;
   if (!(parsed.code in ERRORS)) return `code ${parsed.code} is not documented`;
   if (ERRORS[parsed.code as keyof typeof ERRORS][1] !== response.status) return `${parsed.code} answered with HTTP ${response.status}`;
+  if (typeof parsed.requestId !== 'string' || parsed.requestId === '') return `${parsed.code} without a request id`;
+  if (response.headers['x-request-id']?.[0] !== parsed.requestId) return `${parsed.code}: x-request-id ${String(response.headers['x-request-id']?.[0])} is not the body's ${parsed.requestId}`;
   return null;
 }
 

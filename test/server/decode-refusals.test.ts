@@ -1,7 +1,8 @@
 /**
  * Bodies the protocol layer cannot decode are refused as the client's fault on every
  * transport, with a stable code and the request id; the caller is authenticated before
- * any body is decoded; and an audited action refused for its body is in the audit trail.
+ * any body is decoded; and an audited action refused for its body is in the audit trail,
+ * on every transport, before the refusal is answered.
  */
 import http2 from 'node:http2';
 import { Code } from '@connectrpc/connect';
@@ -49,14 +50,15 @@ async function connectCall(contentType: string, body: Buffer, requestId: string,
   const headers: [string, string][] = [['Content-Type', contentType], ['x-request-id', requestId]];
   if (apiKey) headers.push(['Authorization', `Bearer ${apiKey}`]);
   const answer = await rawHttp1(t.url, http1Request('POST', CONFIRM, headers, body));
+  if (answer.incomplete) throw new Error(`no answer: ${answer.error ?? 'incomplete'}`);
   const parsed = JSON.parse(answer.body.toString('utf8')) as { code: string; message: string; details?: { type?: string; value?: string }[] };
   return { status: answer.status, code: parsed.code, reason: errorInfoFromConnectJson(parsed)?.reason, requestId: answer.headers['x-request-id']?.[0], message: parsed.message };
 }
 
-async function grpcCall(body: Buffer, requestId: string, apiKey: string | null): Promise<Answer> {
+async function grpcCall(body: Buffer, requestId: string, apiKey: string | null, contentType = 'application/grpc'): Promise<Answer> {
   const session = http2.connect(t.url);
   try {
-    const headers: http2.OutgoingHttpHeaders = { ':method': 'POST', ':path': CONFIRM, 'content-type': 'application/grpc', te: 'trailers', 'x-request-id': requestId };
+    const headers: http2.OutgoingHttpHeaders = { ':method': 'POST', ':path': CONFIRM, 'content-type': contentType, te: 'trailers', 'x-request-id': requestId };
     if (apiKey) headers.authorization = `Bearer ${apiKey}`;
     const answer = await rawH2(session, headers, body);
     const fields = { ...answer.headers, ...answer.trailers } as Record<string, string>;
@@ -68,8 +70,8 @@ async function grpcCall(body: Buffer, requestId: string, apiKey: string | null):
   }
 }
 
-async function grpcWebCall(body: Buffer, requestId: string, apiKey: string | null): Promise<Answer> {
-  const headers: [string, string][] = [['Content-Type', 'application/grpc-web+proto'], ['x-request-id', requestId]];
+async function grpcWebCall(body: Buffer, requestId: string, apiKey: string | null, contentType = 'application/grpc-web+proto'): Promise<Answer> {
+  const headers: [string, string][] = [['Content-Type', contentType], ['x-request-id', requestId]];
   if (apiKey) headers.push(['Authorization', `Bearer ${apiKey}`]);
   const answer = await rawHttp1(t.url, http1Request('POST', CONFIRM, headers, body));
   const flat = Object.fromEntries(Object.entries(answer.headers).map(([n, v]) => [n, v[0] ?? '']));
@@ -112,13 +114,40 @@ describe('authentication before decoding', () => {
   });
 });
 
+async function auditEvents(requestId: string) {
+  return t.orm.em.fork().execute<{ action: string; outcome: string; reason: string; organization_id: string }[]>(
+    'select action, outcome, reason, organization_id from audit_events where request_id = ?',
+    [requestId],
+  );
+}
+
+/** A body whose field has the wrong type: confirmIdentity is a bool. */
+const WRONGLY_TYPED = Buffer.from('{"id":"00000000-0000-4000-8000-000000000000","confirmIdentity":"true"}');
+
+describe('an audited action refused for its body sent directly over Connect, gRPC and gRPC-web', () => {
+  it.each([
+    ['Connect binary, undecodable', (id: string) => connectCall('application/proto', UNDECODABLE, id, tenant.apiKey)],
+    ['Connect JSON, wrongly typed', (id: string) => connectCall('application/json', WRONGLY_TYPED, id, tenant.apiKey)],
+    ['Connect JSON, not JSON', (id: string) => connectCall('application/json', Buffer.from('{"confirmIdentity":tru'), id, tenant.apiKey)],
+    ['gRPC, undecodable', (id: string) => grpcCall(envelope(UNDECODABLE), id, tenant.apiKey)],
+    ['gRPC JSON, wrongly typed', (id: string) => grpcCall(envelope(WRONGLY_TYPED), id, tenant.apiKey, 'application/grpc+json')],
+    ['gRPC-web, undecodable', (id: string) => grpcWebCall(envelope(UNDECODABLE), id, tenant.apiKey)],
+    ['gRPC-web JSON, wrongly typed', (id: string) => grpcWebCall(envelope(WRONGLY_TYPED), id, tenant.apiKey, 'application/grpc-web+json')],
+  ])('leaves exactly one refused audit event, stored before the answer, for %s', async (name, call) => {
+    const requestId = `direct-${name.replace(/[^a-z]+/gi, '-').toLowerCase()}`;
+    const answer = await call(requestId);
+    expect(answer).toMatchObject({ reason: 'INVALID_ARGUMENT', requestId });
+    expect(await auditEvents(requestId)).toEqual([{ action: 'connection.confirm', outcome: 'refused', reason: 'INVALID_ARGUMENT', organization_id: tenant.organizationId }]);
+  });
+
+  it('leaves no audit event for a caller refused before its body was read', async () => {
+    expect(await grpcCall(envelope(UNDECODABLE), 'direct-anonymous', null)).toMatchObject({ reason: 'AUTHENTICATION_REQUIRED', requestId: 'direct-anonymous' });
+    expect(await auditEvents('direct-anonymous')).toEqual([]);
+  });
+});
+
 describe('an audited action refused for its body over REST', () => {
-  async function refusedEvents(requestId: string) {
-    return t.orm.em.fork().execute<{ action: string; outcome: string; reason: string; organization_id: string }[]>(
-      'select action, outcome, reason, organization_id from audit_events where request_id = ?',
-      [requestId],
-    );
-  }
+  const refusedEvents = auditEvents;
 
   it.each([
     ['a wrongly typed field', '{"confirmIdentity":"true"}', 'INVALID_ARGUMENT'],
@@ -132,5 +161,26 @@ describe('an audited action refused for its body over REST', () => {
     const parsed = JSON.parse(answer.body.toString('utf8')) as { code: string; requestId: string };
     expect({ status: answer.status, code: parsed.code, requestId: parsed.requestId }).toEqual({ status: 400, code, requestId });
     expect(await refusedEvents(requestId)).toEqual([{ action: 'connection.confirm', outcome: 'refused', reason: code, organization_id: tenant.organizationId }]);
+  });
+});
+
+describe('a request to an RPC path that no protocol takes', () => {
+  async function refusal(method: string, path: string, headers: [string, string][], requestId: string) {
+    const answer = await rawHttp1(t.url, http1Request(method, path, [...headers, ['x-request-id', requestId]], method === 'GET' ? undefined : Buffer.from('{}')));
+    const body = JSON.parse(answer.body.toString('utf8')) as { code: string; requestId: string };
+    return { status: answer.status, code: body.code, requestId: body.requestId, header: answer.headers['x-request-id']?.[0], allow: answer.headers['allow']?.[0] };
+  }
+
+  it('answers a content type none of the protocols speaks 415 UNSUPPORTED_MEDIA_TYPE with the request id', async () => {
+    expect(await refusal('POST', CONFIRM, [['Content-Type', 'text/plain']], 'no-protocol-415')).toMatchObject({ status: 415, code: 'UNSUPPORTED_MEDIA_TYPE', requestId: 'no-protocol-415', header: 'no-protocol-415' });
+  });
+
+  it('answers a method the RPC does not allow 405 METHOD_NOT_ALLOWED with Allow and the request id', async () => {
+    expect(await refusal('GET', `${CONFIRM}?connect=v1&encoding=json&message={}`, [], 'no-protocol-405')).toMatchObject({ status: 405, code: 'METHOD_NOT_ALLOWED', requestId: 'no-protocol-405', allow: 'POST' });
+  });
+
+  it('answers a bidirectional stream over HTTP/1.1 400 INVALID_ARGUMENT, not 505', async () => {
+    const reflection = '/grpc.reflection.v1.ServerReflection/ServerReflectionInfo';
+    expect(await refusal('POST', reflection, [['Content-Type', 'application/grpc-web+proto']], 'no-protocol-505')).toMatchObject({ status: 400, code: 'INVALID_ARGUMENT', requestId: 'no-protocol-505' });
   });
 });

@@ -1,5 +1,5 @@
 import { loadConfig, type Config } from '../../src/config';
-import { createLogger } from '../../src/config/logger';
+import { createLogger, type Logger } from '../../src/config/logger';
 import type { Options } from '@mikro-orm/postgresql';
 import { openDatabase, type MikroORM } from '../../src/db';
 import { start, type App } from '../../src/server';
@@ -47,6 +47,8 @@ export async function startTestApp(
     databaseUrl?: string;
     /** More ORM options (a pool hook that watches the statements sent, say). */
     orm?: Partial<Options>;
+    /** Where the service logs (silent unless TEST_LOG_LEVEL says otherwise). */
+    logger?: Logger;
   } = {},
 ): Promise<TestApp> {
   const database = options.databaseUrl
@@ -54,7 +56,7 @@ export async function startTestApp(
     : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
   const orm = await openDatabase(database.url, options.orm);
-  const app = await start({ config, orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
+  const app = await start({ config, orm, logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
   return {
     app,
     orm,
