@@ -30,6 +30,7 @@ import {
   type EntityManager,
 } from '../db';
 import { apiError, type ErrorCode } from '../errors';
+import type { ChangeEvents, EventPublisher } from '../events';
 import { PUBLISH_REGISTRY, connectableToolkits, toolkitOf } from './registry';
 import { STATE_TTL_MS, type StateSigner } from './state';
 import { ProviderError, type AccountIdentity, type ConnectionProvider, type ProviderFailure } from './provider';
@@ -40,6 +41,8 @@ export interface ConnectionServiceDeps {
   signer: StateSigner;
   /** Where the provider returns the browser after consent (read on use). */
   callbackUrl: () => string;
+  /** Records the platform's connection and post events in the transaction of their change. */
+  events: Pick<EventPublisher, 'forChange'>;
   now: () => number;
 }
 
@@ -150,6 +153,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
       this.deps.provider.readIdentity({ toolkit, userId: providerUserId(principal), connectedAccountId: req.connectedAccountId, state: req.state }),
     );
     const at = new Date(now);
+    const events = this.deps.events.forChange();
     try {
       const { destination, heldPosts } = await auditedTransaction(ctx, em, async (tx) => {
         // The claim makes the state single-use: of completions racing past the read above, one claims it.
@@ -161,11 +165,12 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
         if (claimed === 0) throw stateAlreadyUsed();
         await this.refuseIfRegisteredElsewhere(tx, principal, toolkit, identity, attempt.connectionId ?? null);
         const completed = attempt.connectionId
-          ? await this.reconnect(tx, principal, attempt.connectionId, identity, req.connectedAccountId, at)
+          ? await this.reconnect(tx, principal, attempt.connectionId, identity, req.connectedAccountId, at, events)
           : { destination: this.newDestination(tx, principal, toolkit, identity, req.connectedAccountId), heldPosts: 0 };
         noteAuditTarget(ctx, completed.destination.id, { attemptId, accountId: identity.accountId, heldPosts: completed.heldPosts });
         return completed;
       });
+      await events.committed();
       return { connection: toMessage(destination), heldPosts };
     } catch (error) {
       if (isUniqueViolation(error, 'connections_account_unique')) {
@@ -184,9 +189,10 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     identity: AccountIdentity,
     connectedAccountRef: string,
     at: Date,
+    events: ChangeEvents,
   ): Promise<{ destination: Connection; heldPosts: number }> {
     const destination = await this.destination(tx, principal, connectionId, LockMode.PESSIMISTIC_WRITE);
-    const heldPosts = await reconnectConnection(tx, destination, identity, connectedAccountRef, at);
+    const heldPosts = await reconnectConnection(tx, destination, identity, connectedAccountRef, at, events);
     return { destination, heldPosts };
   }
 
@@ -212,6 +218,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     if (req.confirmIdentity !== true) {
       throw apiError('CONFIRMATION_REQUIRED', 'Set confirmIdentity to true to confirm the connected account.');
     }
+    const events = this.deps.events.forChange();
     const destination = await auditedTransaction(ctx, em, async (tx) => {
       // Locked until commit: a reconnect between this check and the write could otherwise be verified unseen.
       const found = await this.destination(tx, principal, req.id, LockMode.PESSIMISTIC_WRITE);
@@ -226,10 +233,11 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
           metadata: { previousAccountId: found.confirmedAccountId ?? '', accountId: found.accountId },
         });
       }
-      await verifyConnection(tx, found, new Date(this.deps.now()));
+      await verifyConnection(tx, found, new Date(this.deps.now()), events);
       noteAuditTarget(ctx, found.id, { accountId: found.accountId, accountChanged: changed });
       return found;
     });
+    await events.committed();
     return { connection: toMessage(destination) };
   }
 
@@ -242,6 +250,7 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
     if ([...reason].length > MAX_REASON_LENGTH) {
       throw apiError('DISABLE_REASON_TOO_LONG', `The reason must be at most ${MAX_REASON_LENGTH} characters.`);
     }
+    const events = this.deps.events.forChange();
     const { destination, heldPosts } = await auditedTransaction(ctx, em, async (tx) => {
       const found = await this.destination(tx, principal, req.id, LockMode.PESSIMISTIC_WRITE);
       if (found.status === 'disconnected') {
@@ -249,10 +258,11 @@ export class ConnectionServiceImpl implements ServiceImpl<typeof ConnectionServi
         noteAuditTarget(ctx, found.id, { alreadyDisabled: true, reason: found.disableReason });
         return { destination: found, heldPosts: 0 };
       }
-      const held = await disconnectConnection(tx, found, reason, new Date(this.deps.now()));
+      const held = await disconnectConnection(tx, found, reason, new Date(this.deps.now()), events);
       noteAuditTarget(ctx, found.id, { reason, heldPosts: held });
       return { destination: found, heldPosts: held };
     });
+    await events.committed();
     return { connection: toMessage(destination), heldPosts };
   }
 

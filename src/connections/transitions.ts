@@ -1,4 +1,5 @@
 import type { Connection, EntityManager } from '../db';
+import { changeEventId, type ChangeEvents } from '../events';
 import { holdScheduledPosts } from '../posts';
 import type { AccountIdentity } from './provider';
 
@@ -9,10 +10,18 @@ import type { AccountIdentity } from './provider';
  */
 
 /** A person who manages connections confirmed the identity: the destination may receive posts. */
-export async function verifyConnection(_tx: EntityManager, destination: Connection, at: Date): Promise<void> {
+export async function verifyConnection(tx: EntityManager, destination: Connection, at: Date, events: ChangeEvents): Promise<void> {
   destination.status = 'verified';
   destination.verifiedAt = at;
   destination.confirmedAccountId = destination.accountId;
+  await events.record(tx, [
+    connectionEvent('connection.verified', destination, at, {
+      accountId: destination.accountId,
+      displayName: destination.displayName,
+      handle: destination.handle,
+      verifiedAt: at.toISOString(),
+    }),
+  ]);
 }
 
 /**
@@ -26,32 +35,56 @@ export async function reconnectConnection(
   identity: AccountIdentity,
   connectedAccountRef: string,
   at: Date,
+  events: ChangeEvents,
 ): Promise<number> {
   const changed = destination.accountId !== identity.accountId;
+  const previousAccountId = destination.accountId;
   const wasDisconnected = destination.status === 'disconnected';
   assignIdentity(destination, identity, connectedAccountRef);
   if (wasDisconnected) {
     destination.disconnectedAt = null;
     destination.disableReason = null;
   }
-  if (changed) return holdForChangedAccount(tx, destination, at);
+  if (changed) return holdForChangedAccount(tx, destination, previousAccountId, at, events);
   if (wasDisconnected) destination.status = 'connected';
   return 0;
 }
 
 /** A different account behind the same destination must be re-reviewed before anything is published. */
-async function holdForChangedAccount(tx: EntityManager, destination: Connection, at: Date): Promise<number> {
+async function holdForChangedAccount(tx: EntityManager, destination: Connection, previousAccountId: string, at: Date, events: ChangeEvents): Promise<number> {
   destination.status = 'held';
   destination.verifiedAt = null;
-  return holdScheduledPosts(tx, destination.id, 'account_changed', at);
+  const heldPosts = await holdScheduledPosts(tx, destination.id, 'account_changed', at, events);
+  await events.record(tx, [connectionEvent('connection.held', destination, at, { previousAccountId, accountId: destination.accountId, heldPosts })]);
+  return heldPosts;
 }
 
 /** Disabled with a reason: no posts go out, the scheduled ones are held. Returns how many. */
-export async function disconnectConnection(tx: EntityManager, destination: Connection, reason: string, at: Date): Promise<number> {
+export async function disconnectConnection(tx: EntityManager, destination: Connection, reason: string, at: Date, events: ChangeEvents): Promise<number> {
   destination.status = 'disconnected';
   destination.disconnectedAt = at;
   destination.disableReason = reason;
-  return holdScheduledPosts(tx, destination.id, 'connection_disabled', at);
+  const heldPosts = await holdScheduledPosts(tx, destination.id, 'connection_disabled', at, events);
+  await events.record(tx, [
+    connectionEvent('connection.disconnected', destination, at, {
+      accountId: destination.accountId,
+      reason,
+      disconnectedAt: at.toISOString(),
+      heldPosts,
+    }),
+  ]);
+  return heldPosts;
+}
+
+/** A connection event of the published catalog (README, "Events"). */
+function connectionEvent(type: string, destination: Connection, at: Date, data: Record<string, string | number>) {
+  return {
+    organizationId: destination.organizationId,
+    eventId: changeEventId(type, destination.id, at),
+    eventType: type,
+    payload: { connectionId: destination.id, toolkit: destination.toolkit, ...data },
+    occurredAt: at,
+  };
 }
 
 function assignIdentity(destination: Connection, identity: AccountIdentity, ref: string): void {

@@ -62,6 +62,11 @@ export interface EventPublisherDeps {
 export class EventPublisher {
   constructor(private readonly deps: EventPublisherDeps) {}
 
+  /** Collects the platform events of one change (see ChangeEvents). */
+  forChange(): ChangeEvents {
+    return new ChangeEvents(this);
+  }
+
   /** Records the events in one transaction, then starts their new deliveries once it committed. */
   async publish(em: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
     const published = await em.transactional((tx) => this.publishEvents(tx, events, publisher));
@@ -247,4 +252,33 @@ function eventOf(
     skippedReason: row.skipped_reason,
     replayed,
   };
+}
+
+/** Who the platform's own events are recorded as published by. */
+export const PLATFORM_PUBLISHER = 'platform';
+
+/**
+ * The platform's own events of one change (a connection verified, held or disconnected; a
+ * post held or released): recorded in the change's transaction, so none is lost and none
+ * is sent for a change that rolled back; their deliveries start once it committed.
+ */
+export class ChangeEvents {
+  private readonly published: PublishedEvent[] = [];
+
+  constructor(private readonly publisher: EventPublisher) {}
+
+  async record(tx: EntityManager, events: NewEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    this.published.push(...(await this.publisher.publishEvents(tx, events, PLATFORM_PUBLISHER)));
+  }
+
+  /** Call once the change's transaction committed. */
+  async committed(): Promise<void> {
+    await this.publisher.startDeliveries(this.published);
+  }
+}
+
+/** An event id derived from the change it reports, so a change is one event, sent once per endpoint. */
+export function changeEventId(type: string, subjectId: string, at: Date): string {
+  return `${type}:${subjectId}:${at.getTime()}`;
 }

@@ -1,29 +1,62 @@
+import { sql, type Kysely } from 'kysely';
+import type { InferKyselyDB } from '@mikro-orm/sql';
+import { changeEventId, type ChangeEvents } from '../events';
 import type { EntityManager } from '../db/orm';
+import type { PostSchema } from '../db';
 
 /** Why a post is held; shown to clients as `holdReason`. */
 export type HoldReason = 'connection_disabled' | 'account_changed';
 
+type Tables = InferKyselyDB<typeof PostSchema>;
+const db = (em: EntityManager): Kysely<Tables> => em.getKysely<Tables>();
+
+/** What a moved post's event says of it; the time as epoch milliseconds (the driver hands timestamps over as text). */
+const MOVED = ['id', 'organization_id', sql<number>`floor(extract(epoch from scheduled_at) * 1000)::float8`.as('scheduledAtMs')] as const;
+
 /**
- * Holds every scheduled post of a destination; posts and their history stay. Runs in the
- * transaction of the destination change that holds them. Returns how many.
+ * Holds every scheduled post of a connection; posts and their history stay. Runs in the
+ * transaction of the connection change that holds them, and records a `post.held` event
+ * per post in it. Returns how many.
  */
-export async function holdScheduledPosts(em: EntityManager, connectionId: string, reason: HoldReason, now: Date): Promise<number> {
-  const result = await em.execute<{ affectedRows: number }>(
-    `update posts set status = 'held', hold_reason = ?, held_at = ?, updated_at = ?
-      where connection_id = ? and status = 'scheduled'`,
-    [reason, now, now, connectionId],
-    'run',
+export async function holdScheduledPosts(em: EntityManager, connectionId: string, reason: HoldReason, now: Date, events: ChangeEvents): Promise<number> {
+  const held = await db(em)
+    .updateTable('posts')
+    .set({ status: 'held', hold_reason: reason, held_at: now, updated_at: now })
+    .where('connection_id', '=', connectionId)
+    .where('status', '=', 'scheduled')
+    .returning(MOVED)
+    .execute();
+  await events.record(
+    em,
+    held.map((post) => ({
+      organizationId: post.organization_id,
+      eventId: changeEventId('post.held', post.id, now),
+      eventType: 'post.held',
+      payload: { postId: post.id, connectionId, scheduledAt: new Date(post.scheduledAtMs).toISOString(), holdReason: reason },
+      occurredAt: now,
+    })),
   );
-  return result.affectedRows;
+  return held.length;
 }
 
-/** Returns a destination's held posts to scheduled, in the transaction of the audited release. */
-export async function releaseHeldPosts(em: EntityManager, connectionId: string, now: Date): Promise<number> {
-  const result = await em.execute<{ affectedRows: number }>(
-    `update posts set status = 'scheduled', hold_reason = null, held_at = null, updated_at = ?
-      where connection_id = ? and status = 'held'`,
-    [now, connectionId],
-    'run',
+/** Returns a connection's held posts to scheduled, in the transaction of the audited release, with a `post.released` event each. */
+export async function releaseHeldPosts(em: EntityManager, connectionId: string, now: Date, events: ChangeEvents): Promise<number> {
+  const released = await db(em)
+    .updateTable('posts')
+    .set({ status: 'scheduled', hold_reason: null, held_at: null, updated_at: now })
+    .where('connection_id', '=', connectionId)
+    .where('status', '=', 'held')
+    .returning(MOVED)
+    .execute();
+  await events.record(
+    em,
+    released.map((post) => ({
+      organizationId: post.organization_id,
+      eventId: changeEventId('post.released', post.id, now),
+      eventType: 'post.released',
+      payload: { postId: post.id, connectionId, scheduledAt: new Date(post.scheduledAtMs).toISOString() },
+      occurredAt: now,
+    })),
   );
-  return result.affectedRows;
+  return released.length;
 }

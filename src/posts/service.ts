@@ -13,13 +13,18 @@ import { requireCustomer } from '../auth';
 import { auditedTransaction, noteAuditTarget } from '../audit';
 import { ConnectionSchema, PostSchema, LAST_INSTANT_MS, LockMode, afterCursor, decodeCursor, entityManagerOf, isUuid, pageOf, pageSizeOf, type Post } from '../db';
 import { apiError } from '../errors';
+import type { EventPublisher } from '../events';
 import { releaseHeldPosts } from './holds';
 
 const MAX_TEXT_LENGTH = 5000;
 
 /** Scheduled posts, as far as destinations need them: only verified destinations take them. */
 export class PostServiceImpl implements ServiceImpl<typeof PostService> {
-  constructor(private readonly now: () => number) {}
+  constructor(
+    private readonly now: () => number,
+    /** Records `post.released` events in the transaction of the release. */
+    private readonly events: Pick<EventPublisher, 'forChange'>,
+  ) {}
 
   async schedulePost(req: SchedulePostRequest, ctx: HandlerContext) {
     const principal = requireCustomer(ctx);
@@ -84,6 +89,7 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
     const principal = requireCustomer(ctx);
     const em = entityManagerOf(ctx);
     noteAuditTarget(ctx, req.connectionId);
+    const events = this.events.forChange();
     const releasedPosts = await auditedTransaction(ctx, em, async (tx) => {
       // Locked until commit: a disable or reconnect in between must not see its holds undone.
       const destination = isUuid(req.connectionId)
@@ -95,10 +101,11 @@ export class PostServiceImpl implements ServiceImpl<typeof PostService> {
           metadata: { status: destination.status },
         });
       }
-      const released = await releaseHeldPosts(tx, destination.id, new Date(this.now()));
+      const released = await releaseHeldPosts(tx, destination.id, new Date(this.now()), events);
       noteAuditTarget(ctx, destination.id, { releasedPosts: released });
       return released;
     });
+    await events.committed();
     return { releasedPosts };
   }
 }

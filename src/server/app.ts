@@ -156,14 +156,6 @@ export async function start(options: BuildOptions): Promise<App> {
     config.provider.kind === 'composio'
       ? new ComposioProvider({ baseUrl: config.provider.baseUrl, apiKey: config.provider.apiKey, authConfigIds: config.provider.authConfigIds })
       : (sandbox as SandboxProvider);
-  const connections = new ConnectionServiceImpl({
-    provider,
-    signer: new StateSigner(config.stateSigningKey),
-    callbackUrl: () => `${publicUrl}${CALLBACK_PATH}`,
-    now,
-  });
-  const posts = new PostServiceImpl(now);
-
   const secrets = new SecretBox(config.secretKeys, config.currentSecretKeyId);
   // rate-limiter-flexible wants a pg pool of its own; two connections are plenty for its upserts.
   const limiterPool = new Pool({ connectionString: String(orm.config.get('clientUrl')), max: 2 });
@@ -185,6 +177,14 @@ export async function start(options: BuildOptions): Promise<App> {
   });
   const publisher = new EventPublisher({ deliveries: delivery.records, engine: delivery.engine, logger, now });
   const events = new EventServiceImpl(publisher);
+  const connections = new ConnectionServiceImpl({
+    provider,
+    signer: new StateSigner(config.stateSigningKey),
+    callbackUrl: () => `${publicUrl}${CALLBACK_PATH}`,
+    events: publisher,
+    now,
+  });
+  const posts = new PostServiceImpl(now, publisher);
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, logger });
   delivery.embedded?.begin();
 
