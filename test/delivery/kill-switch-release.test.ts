@@ -9,7 +9,7 @@ import { RETRY_INTERVAL_MS } from '../../workflows/policy';
 /**
  * The kill switch end to end on the embedded engine, with the contract's real 30 s retry
  * interval: while on, nothing leaves and no attempt is used; off, the held delivery goes out
- * at once, not when its held interval ends.
+ * at once, not at the next poll or when its held interval ends.
  */
 let t: TestApp;
 let receiver: HttpsReceiver;
@@ -17,7 +17,8 @@ let receiver: HttpsReceiver;
 beforeAll(async () => {
   const tls = await makeTestTls();
   receiver = await startHttpsReceiver({ tls, respond: () => ({ status: 200 }) });
-  t = await startTestApp({ DELIVERY_EXTRA_CA_PEM: tls.caPem });
+  // Polls 20 s apart: an early arrival can come only from the release waking the engine.
+  t = await startTestApp({ DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '20000' });
   expect(t.config.delivery.retryIntervalMs).toBe(30_000);
 });
 afterAll(async () => {
@@ -45,8 +46,9 @@ it('holds the delivery while the switch is on, and sends it within 2 s of the sw
   await operator.setKillSwitch({ organizationId: tenant.organizationId, enabled: false, reason: '' });
   const off = Date.now();
   const [arrival] = await receiver.waitForRequests(1, RETRY_INTERVAL_MS + 10_000);
-  // Not timing-flaky: the only other way this request could leave is the held row coming due,
-  // 30 s after it was held; 2 s against 30 s leaves room for any load.
+  // Not timing-flaky: without the release, this request could leave only at the next poll
+  // (20 s) or when the held row came due (30 s after it was held); 2 s against 20 s leaves
+  // room for any load.
   expect(arrival!.receivedAt - off).toBeLessThan(2000);
   expect(signedWith(arrival!, created.body.signingSecret)).toBe(true);
   expect(JSON.parse(arrival!.rawBody)).toMatchObject({ type: 'webhook.test', data: { endpointId: created.body.endpoint.id } });
