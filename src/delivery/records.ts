@@ -519,6 +519,15 @@ export class DeliveryRecords {
     return em.transactional(async (tx) => {
       const k = db(tx);
       const now = new Date(this.now());
+      // Looked at before closing: once a later attempt was sent, this one stays as its successor found it.
+      const later = await k
+        .selectFrom('delivery_attempts')
+        .select('attempt')
+        .where('delivery_id', '=', ref.deliveryId)
+        .where('attempt', '>', attempt)
+        .where('dispatched_at', 'is not', null)
+        .executeTakeFirst();
+      if (later) return { kind: 'superseded' };
       const closed = await k
         .updateTable('delivery_attempts')
         .set({ finished_at: now, response_status: outcome.status, error: outcome.error })
@@ -528,14 +537,6 @@ export class DeliveryRecords {
         .where((eb) => eb.or([eb('finished_at', 'is', null), eb('error', '=', INTERRUPTED_ATTEMPT)]))
         .executeTakeFirst();
       if (Number(closed.numUpdatedRows) === 0) return { kind: 'superseded' };
-      const later = await k
-        .selectFrom('delivery_attempts')
-        .select('attempt')
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('attempt', '>', attempt)
-        .where('dispatched_at', 'is not', null)
-        .executeTakeFirst();
-      if (later) return { kind: 'superseded' };
 
       const done = { lease_until: null, lease_owner: null, updated_at: now, last_response_status: outcome.status };
       if (outcome.error === null) {
