@@ -110,6 +110,7 @@ describe('rotating the key that encrypts signing secrets', () => {
       SECRET_ENCRYPTION_KEYS: NEW,
       COMPOSIO_API_KEY: 'composio-key',
       COMPOSIO_AUTH_CONFIG_IDS: 'instagram=ac_1',
+      INTERNAL_SERVICE_TOKENS: `scheduler:${randomBytes(32).toString('hex')}`,
     });
     expect([...config.secretKeys.keys()]).toEqual(['k2']);
     expect(config.currentSecretKeyId).toBe('k2');

@@ -177,6 +177,7 @@ describe('the configuration', () => {
     OPERATOR_TOKEN: 'o'.repeat(32),
     SECRET_ENCRYPTION_KEYS: `k1:${Buffer.alloc(32, 1).toString('base64')}`,
     COMPOSIO_API_KEY: 'ak_production',
+    INTERNAL_SERVICE_TOKENS: `scheduler:${'i'.repeat(32)}`,
     DATABASE_URL: 'postgres://publishing_service:pw@db.internal:5432/publishing',
   };
   const problemsOf = (env: Record<string, string>): string[] => {
