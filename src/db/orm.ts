@@ -1,6 +1,7 @@
 import { LockMode, MikroORM, type EntityManager, type Options } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
 import { ENTITIES } from './entities';
+import { releaseDeadCheckouts } from './pool-guard';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
 import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Migration20261124000000DeliveryAttemptDispatch';
@@ -44,7 +45,7 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
     pool: { min: 0, max: POOL_SIZE },
     // Without a bound, a call waits for a connection as long as the kernel keeps trying to
     // reach an unreachable server (minutes); past it the call is answered UNAVAILABLE.
-    driverOptions: { connectionTimeoutMillis: 5_000 },
+    driverOptions: { connectionTimeoutMillis: 5_000, onPoolCreated: releaseDeadCheckouts },
     debug: false,
     allowGlobalContext: false,
     // A flush of one statement needs no BEGIN/COMMIT round trips; everything that writes
