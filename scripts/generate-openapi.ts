@@ -9,7 +9,7 @@ import { ConnectionService } from '../src/gen/publishing/v1/connection_service_p
 import { WebhookService } from '../src/gen/publishing/v1/webhook_service_pb';
 import { PostService } from '../src/gen/publishing/v1/post_service_pb';
 
-// The services of PUBLIC_SERVICES in src/server/app.ts, imported directly so generating
+// The services of PUBLIC_SERVICES in src/server/routes.ts, imported directly so generating
 // does not load the whole server; test/openapi checks the two lists give the same document.
 const document = buildOpenApi([ConnectionService, WebhookService, PostService]);
 const target = path.join(__dirname, '../src/gen/openapi.json');

@@ -1,13 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
-import { fromBinary, fromJson, getOption, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
+import { fromBinary, fromJson, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
 import { Code, createContextValues, type ConnectError, type ConnectRouter } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
-import { http } from '../gen/google/api/annotations_pb';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
 import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
 import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
+import { httpRuleOf } from './http-rules';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
@@ -152,28 +152,17 @@ function decodable(method: DescMethod, message: Record<string, JsonValue>): void
 }
 
 function routeOf(handler: UniversalHandler): Route | null {
-  const rule = getOption(handler.method, http);
-  const pattern = rule.pattern;
-  if (!pattern.case || pattern.case === 'custom' || typeof pattern.value !== 'string') return null;
-  const template = pattern.value;
-  const pathFields: string[] = [];
-  const source = template
-    .split('/')
-    .map((segment) => {
-      const variable = /^\{([a-z_][a-z0-9_.]*)(?:=\*)?\}$/.exec(segment);
-      if (!variable) return segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-      const field = handler.method.input.fields.find((f) => f.name === variable[1]);
-      if (!field) throw new Error(`${handler.method.name}: path variable ${variable[1]} is not a field of the request`);
-      pathFields.push(field.jsonName);
-      return '([^/]+)';
-    })
+  const rule = httpRuleOf(handler.method);
+  if (!rule) return null;
+  const source = rule.segments
+    .map((segment) => (typeof segment === 'string' ? segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') : '([^/]+)'))
     .join('/');
   return {
-    verb: pattern.case.toUpperCase(),
+    verb: rule.verb,
     pattern: new RegExp(`^${source}/?$`),
-    pathFields,
-    bodyAll: rule.body === '*',
-    template,
+    pathFields: rule.pathFields.map((field) => field.jsonName),
+    bodyAll: rule.bodyAll,
+    template: rule.template,
     method: handler.method,
     handler,
   };

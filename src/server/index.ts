@@ -1,1 +1,2 @@
-export { start, PUBLIC_SERVICES, type App, type BuildOptions } from './app';
+export { build, start, type App, type BuiltApp, type BuildOptions } from './app';
+export { PUBLIC_SERVICES } from './routes';

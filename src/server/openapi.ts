@@ -1,8 +1,8 @@
 import { getOption, ScalarType, type DescEnum, type DescField, type DescMessage, type DescMethod, type DescService } from '@bufbuild/protobuf';
-import { http } from '../gen/google/api/annotations_pb';
 import { access } from '../gen/publishing/v1/access_pb';
 import { ERRORS, type ErrorCode } from '../errors';
 import pkg from '../../package.json';
+import { httpRuleOf, type HttpRule } from './http-rules';
 
 /**
  * The OpenAPI 3.1 document of the REST gateway, derived from the same descriptors the
@@ -49,9 +49,9 @@ export function buildOpenApi(
   const paths: Record<string, Record<string, unknown>> = {};
   for (const service of services) {
     for (const method of service.methods) {
-      const route = routeOf(method);
+      const route = httpRuleOf(method);
       if (!route) continue;
-      const pathFields = method.input.fields.filter((f) => route.pathParams.includes(f.name));
+      const { pathFields } = route;
       const otherFields = method.input.fields.filter((f) => !pathFields.includes(f));
       const parameters = [
         ...pathFields.map((f) => ({ name: f.name, in: 'path', required: true, schema: fieldSchema(f) })),
@@ -60,7 +60,7 @@ export function buildOpenApi(
       ];
       const requestSchema = messageSchema(method.input);
       const comment = commentOf(method);
-      (paths[route.path] ??= {})[route.verb] = {
+      (paths[openApiPath(route)] ??= {})[route.verb.toLowerCase()] = {
         operationId: `${service.name}_${method.name}`,
         tags: [service.name],
         summary: comment ? firstSentence(comment) : method.name,
@@ -101,25 +101,9 @@ export function buildOpenApi(
   };
 }
 
-interface HttpRoute {
-  verb: string;
-  /** The OpenAPI path: `{name=*}` variables written as `{name}`. */
-  path: string;
-  pathParams: string[];
-  bodyAll: boolean;
-}
-
-/** Same reading of the rule as the gateway: simple verbs only; custom verbs and additional bindings are not served. */
-function routeOf(method: DescMethod): HttpRoute | null {
-  const rule = getOption(method, http);
-  const { case: verb, value } = rule.pattern;
-  if (!verb || verb === 'custom' || typeof value !== 'string') return null;
-  const pathParams: string[] = [];
-  const path = value.replace(/\{([a-z_][a-z0-9_.]*)(?:=\*)?\}/g, (_, name: string) => {
-    pathParams.push(name);
-    return `{${name}}`;
-  });
-  return { verb, path, pathParams, bodyAll: rule.body === '*' };
+/** The OpenAPI path of a rule: `{name=*}` variables written as `{name}`. */
+function openApiPath(rule: HttpRule): string {
+  return rule.segments.map((segment) => (typeof segment === 'string' ? segment : `{${segment.name}}`)).join('/');
 }
 
 function isQueryField(field: DescField): boolean {

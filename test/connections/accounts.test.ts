@@ -19,7 +19,7 @@ const CREATOR_ACCOUNT_ID = '17841400000000002';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({}, { listen: false });
 });
 afterEach(async () => {
   await forgetConnections(t);

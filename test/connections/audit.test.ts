@@ -16,7 +16,7 @@ import {
 let clock = Date.now();
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({}, { now: () => clock });
+  t = await startTestApp({}, { now: () => clock, listen: false });
 });
 beforeEach(() => {
   clock = Date.now();

@@ -1,6 +1,7 @@
 /**
- * Drives the connection routes the way a customer does, over REST or gRPC, so each rule
- * can be written once and proven on both transports:
+ * Drives the connection routes the way a customer does, over REST or RPC (gRPC over the
+ * socket of a listening test app, in process otherwise), so each rule can be written once
+ * and proven on both:
  *
  *   describe.each(TRANSPORTS)('over %s', (transport) => {
  *     it('...', async () => {
@@ -44,7 +45,6 @@ import {
   type SchedulePostResponse,
 } from '../../src/gen/publishing/v1/post_service_pb';
 import type { TestApp } from '../support/app';
-import { rest, transport as grpcTransport } from '../support/clients';
 
 export const TRANSPORTS = ['rest', 'grpc'] as const;
 export type TransportUnderTest = (typeof TRANSPORTS)[number];
@@ -126,17 +126,17 @@ export interface ConnectionsApi {
 }
 
 export function connectionsApi(t: TestApp, transport: TransportUnderTest): ConnectionsApi {
-  return transport === 'rest' ? new RestApi(t.url) : new GrpcApi(t.url);
+  return transport === 'rest' ? new RestApi(t) : new GrpcApi(t);
 }
 
 class RestApi implements ConnectionsApi {
   readonly transport = 'rest';
   lastRequestId = '';
 
-  constructor(private readonly url: string) {}
+  constructor(private readonly t: TestApp) {}
 
   private async call<S extends DescMessage>(schema: S, apiKey: string, method: string, path: string, body?: unknown): Promise<MessageShape<S>> {
-    const answer = await rest(this.url, method, path, { apiKey, body });
+    const answer = await this.t.rest(method, path, { apiKey, body });
     this.lastRequestId = answer.headers.get('x-request-id') ?? '';
     if (answer.status !== 200) {
       throw new Refusal('rest', String(answer.body?.code), answer.status, String(answer.body?.requestId ?? ''), answer.body);
@@ -177,7 +177,7 @@ class GrpcApi implements ConnectionsApi {
   readonly transport = 'grpc';
   lastRequestId = '';
 
-  constructor(private readonly url: string) {}
+  constructor(private readonly t: TestApp) {}
 
   private async call<T>(fn: (options: { headers: Record<string, string> }) => Promise<T>): Promise<T> {
     this.lastRequestId = `test-${randomUUID()}`;
@@ -196,7 +196,7 @@ class GrpcApi implements ConnectionsApi {
   private clientsOf(apiKey: string) {
     let clients = this.clients.get(apiKey);
     if (!clients) {
-      const shared = grpcTransport(this.url, 'grpc', apiKey);
+      const shared = this.t.transport(apiKey);
       clients = { connections: createClient(ConnectionService, shared), posts: createClient(PostService, shared) };
       this.clients.set(apiKey, clients);
     }
@@ -237,16 +237,6 @@ class GrpcApi implements ConnectionsApi {
   }
 }
 
-/**
- * The listener runs on port 0, so the public URL it puts in links (`http://localhost:0`)
- * is not where it actually listens; a link is followed on the test app's real origin with
- * its path and query unchanged.
- */
-function onTestOrigin(t: TestApp, link: string): string {
-  const url = new URL(link, t.url);
-  return `${t.url}${url.pathname}${url.search}`;
-}
-
 /** What the callback page shows after the provider sends the browser back. */
 export interface CallbackPage {
   state: string;
@@ -258,7 +248,7 @@ export interface CallbackPage {
  * link of the chosen account, and follows its redirect to the service's callback page.
  */
 export async function approveInSandbox(t: TestApp, redirectUrl: string, accountKey: string): Promise<CallbackPage> {
-  const consent = await fetch(onTestOrigin(t, redirectUrl));
+  const consent = await t.fetch(redirectUrl);
   expect(consent.status).toBe(200);
   expect(consent.headers.get('content-type')).toMatch(/^text\/html/);
   const html = await consent.text();
@@ -266,12 +256,12 @@ export async function approveInSandbox(t: TestApp, redirectUrl: string, accountK
   const approveLink = links.find((href) => new URL(href, t.url).searchParams.get('account') === accountKey);
   if (!approveLink) throw new Error(`the consent page lists no account "${accountKey}": ${html}`);
 
-  const approved = await fetch(onTestOrigin(t, approveLink), { redirect: 'manual' });
+  const approved = await t.fetch(approveLink, { redirect: 'manual' });
   expect(approved.status).toBe(302);
   const location = approved.headers.get('location') ?? '';
   expect(new URL(location).pathname).toBe('/connections/callback');
 
-  const callback = await fetch(onTestOrigin(t, location));
+  const callback = await t.fetch(location);
   expect(callback.status).toBe(200);
   const page = (await callback.json()) as CallbackPage;
   expect(page).toEqual(expect.objectContaining({ state: expect.any(String), connectedAccountId: expect.any(String) }));

@@ -4,12 +4,11 @@ import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { PostService } from '../../src/gen/publishing/v1/post_service_pb';
 import { startTestApp, type TestApp } from '../support/app';
-import { client, rest } from '../support/clients';
 import { TRANSPORTS, approveInSandbox, connectThroughSandbox, connectionsApi, forgetConnections, inAnHour, rows } from './flow-helpers';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({}, { listen: false });
 });
 afterEach(async () => {
   await forgetConnections(t);
@@ -26,7 +25,7 @@ describe('connecting an account, browser-style, over REST', () => {
   it('starts, consents in the sandbox, completes, confirms and then accepts a scheduled post', async () => {
     const owner = await t.tenant();
 
-    const started = await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: owner.apiKey, body: { toolkit: 'instagram' } });
+    const started = await t.rest('POST', '/api/v1/connections/start', { apiKey: owner.apiKey, body: { toolkit: 'instagram' } });
     expect(started.status).toBe(200);
     expect(started.body).toEqual({ redirectUrl: expect.any(String), state: expect.any(String), expiresAt: expect.any(String) });
     const consentUrl = new URL(started.body.redirectUrl);
@@ -37,7 +36,7 @@ describe('connecting an account, browser-style, over REST', () => {
     expect(expiresIn).toBeGreaterThan(14 * 60 * 1000);
     expect(expiresIn).toBeLessThanOrEqual(15 * 60 * 1000);
 
-    const consent = await fetch(`${t.url}${consentUrl.pathname}${consentUrl.search}`);
+    const consent = await t.fetch(`${consentUrl.pathname}${consentUrl.search}`);
     expect(consent.status).toBe(200);
     const html = await consent.text();
     expect(html).toContain('Approve Sandbox Bakery (business, sandboxbakery)');
@@ -46,18 +45,18 @@ describe('connecting an account, browser-style, over REST', () => {
     const approve = new URL('/sandbox/consent/approve', t.url);
     approve.search = consentUrl.search;
     approve.searchParams.set('account', 'bakery');
-    const approved = await fetch(approve, { redirect: 'manual' });
+    const approved = await t.fetch(approve.href, { redirect: 'manual' });
     expect(approved.status).toBe(302);
     const callbackUrl = new URL(approved.headers.get('location') ?? '');
     expect(callbackUrl.pathname).toBe('/connections/callback');
     expect(callbackUrl.searchParams.get('state')).toBe(started.body.state);
     expect(callbackUrl.searchParams.get('connected_account_id')).toEqual(BAKERY.ref);
 
-    const callback = await rest(t.url, 'GET', `${callbackUrl.pathname}${callbackUrl.search}`);
+    const callback = await t.rest('GET', `${callbackUrl.pathname}${callbackUrl.search}`);
     expect(callback.status).toBe(200);
     expect(callback.body).toMatchObject({ state: started.body.state, connectedAccountId: BAKERY.ref });
 
-    const completed = await rest(t.url, 'POST', '/api/v1/connections/complete', {
+    const completed = await t.rest('POST', '/api/v1/connections/complete', {
       apiKey: owner.apiKey,
       body: { state: callback.body.state, connectedAccountId: callback.body.connectedAccountId },
     });
@@ -74,23 +73,23 @@ describe('connecting an account, browser-style, over REST', () => {
     ]);
 
     const post = { connectionId: connection.id, text: 'Fresh bread at nine', scheduledAt: inAnHour().toISOString() };
-    const early = await rest(t.url, 'POST', '/api/v1/posts', { apiKey: owner.apiKey, body: post });
+    const early = await t.rest('POST', '/api/v1/posts', { apiKey: owner.apiKey, body: post });
     expect(early.status).toBe(409);
     expect(early.body).toMatchObject({ code: 'DESTINATION_NOT_VERIFIED' });
     expect(await rows(t, 'select id from posts where connection_id = ?', [connection.id])).toEqual([]);
 
-    const confirmed = await rest(t.url, 'POST', `/api/v1/connections/${connection.id}/confirm`, { apiKey: owner.apiKey, body: { confirmIdentity: true } });
+    const confirmed = await t.rest('POST', `/api/v1/connections/${connection.id}/confirm`, { apiKey: owner.apiKey, body: { confirmIdentity: true } });
     expect(confirmed.status).toBe(200);
     expect(confirmed.body.connection).toMatchObject({ id: connection.id, status: 'verified', confirmedAccountId: BAKERY.accountId, verifiedAt: expect.any(String) });
 
-    const scheduled = await rest(t.url, 'POST', '/api/v1/posts', { apiKey: owner.apiKey, body: post });
+    const scheduled = await t.rest('POST', '/api/v1/posts', { apiKey: owner.apiKey, body: post });
     expect(scheduled.status).toBe(200);
     expect(scheduled.body.post).toMatchObject({ connectionId: connection.id, text: post.text, status: 'scheduled', scheduledAt: post.scheduledAt });
     expect(await rows(t, 'select connection_id, status, text from posts where id = ?', [scheduled.body.post.id])).toEqual([
       { connection_id: connection.id, status: 'scheduled', text: post.text },
     ]);
 
-    const listed = await rest(t.url, 'GET', '/api/v1/connections', { apiKey: owner.apiKey });
+    const listed = await t.rest('GET', '/api/v1/connections', { apiKey: owner.apiKey });
     expect(listed.status).toBe(200);
     expect(listed.body.connections).toEqual([expect.objectContaining({ id: connection.id, status: 'verified', toolkit: 'instagram' })]);
   });
@@ -99,8 +98,8 @@ describe('connecting an account, browser-style, over REST', () => {
 describe('connecting an account, browser-style, over gRPC', () => {
   it('starts, consents in the sandbox, completes, confirms and then accepts a scheduled post', async () => {
     const owner = await t.tenant();
-    const connections = client(ConnectionService, t.url, 'grpc', owner.apiKey);
-    const posts = client(PostService, t.url, 'grpc', owner.apiKey);
+    const connections = t.client(ConnectionService, owner.apiKey);
+    const posts = t.client(PostService, owner.apiKey);
 
     const started = await connections.startConnection({ toolkit: 'instagram' });
     expect(new URL(started.redirectUrl).pathname).toBe('/sandbox/consent');

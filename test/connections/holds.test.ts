@@ -15,7 +15,7 @@ const HOUR = 60 * 60 * 1000;
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({}, { listen: false });
 });
 afterEach(async () => {
   await forgetConnections(t);

@@ -18,7 +18,7 @@ const MINUTE = 60 * 1000;
 let clock = Date.now();
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({}, { now: () => clock });
+  t = await startTestApp({}, { now: () => clock, listen: false });
 });
 beforeEach(() => {
   clock = Date.now();

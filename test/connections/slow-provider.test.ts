@@ -3,7 +3,6 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { startTestApp, type Tenant, type TestApp } from '../support/app';
-import { rest } from '../support/clients';
 import { rows } from './flow-helpers';
 
 /**
@@ -95,7 +94,7 @@ beforeAll(async () => {
     COMPOSIO_API_KEY: API_KEY,
     COMPOSIO_BASE_URL: provider.baseUrl,
     COMPOSIO_AUTH_CONFIG_IDS: 'instagram=ac_ig',
-  });
+  }, { listen: false });
 });
 afterAll(async () => {
   await t.close();
@@ -105,7 +104,7 @@ afterAll(async () => {
 async function startAttempts(tenant: Tenant): Promise<{ state: string; connectedAccountId: string }[]> {
   const attempts = [];
   for (let i = 0; i < COMPLETIONS; i++) {
-    const started = await rest(t.url, 'POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, body: { toolkit: 'instagram' } });
+    const started = await t.rest('POST', '/api/v1/connections/start', { apiKey: tenant.apiKey, body: { toolkit: 'instagram' } });
     expect(started.status).toBe(200);
     attempts.push({ state: started.body.state as string, connectedAccountId: new URL(started.body.redirectUrl as string).pathname.split('/').at(-1)! });
   }
@@ -113,7 +112,7 @@ async function startAttempts(tenant: Tenant): Promise<{ state: string; connected
 }
 
 function complete(tenant: Tenant, attempt: { state: string; connectedAccountId: string }) {
-  return rest(t.url, 'POST', '/api/v1/connections/complete', { apiKey: tenant.apiKey, body: attempt });
+  return t.rest('POST', '/api/v1/connections/complete', { apiKey: tenant.apiKey, body: attempt });
 }
 
 async function completionEvents(organizationId: string) {
@@ -144,7 +143,7 @@ it(
     );
     expect(open).toEqual([{ n: 0 }]);
     const began = performance.now();
-    const unrelated = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: bystander.apiKey });
+    const unrelated = await t.rest('GET', '/api/v1/webhooks', { apiKey: bystander.apiKey });
     const latencyMs = performance.now() - began;
     expect(unrelated.status).toBe(200);
     expect(latencyMs).toBeLessThan(200);

@@ -6,7 +6,7 @@ import addFormats from 'ajv-formats';
 import { clone, create, createFileRegistry, type DescFile } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema, SourceCodeInfoSchema, file_google_protobuf_timestamp } from '@bufbuild/protobuf/wkt';
 import { buildOpenApi } from '../../src/server/openapi';
-import { PUBLIC_SERVICES } from '../../src/server/app';
+import { PUBLIC_SERVICES } from '../../src/server';
 import { ERRORS } from '../../src/errors';
 import { file_google_api_annotations } from '../../src/gen/google/api/annotations_pb';
 import { file_publishing_v1_access } from '../../src/gen/publishing/v1/access_pb';

@@ -2,10 +2,14 @@ import { loadConfig, type Config } from '../../src/config';
 import { createLogger, type Logger } from '../../src/config/logger';
 import type { Options } from '@mikro-orm/postgresql';
 import { openDatabase, type MikroORM } from '../../src/db';
-import { start, type App } from '../../src/server';
+import { createClient, createRouterTransport, type Client, type Transport } from '@connectrpc/connect';
+import type { DescService } from '@bufbuild/protobuf';
+import { build, start, type App } from '../../src/server';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../../src/auth';
 import type { Plan, Role } from '../../src/db';
 import { createTestDatabase } from './databases';
+import { authorizedAs, restVia, transport as socketTransport, type AppFetch, type RestAnswer, type RestOptions } from './clients';
+import { inProcessFetch } from './in-process';
 
 export interface TestApp {
   app: App;
@@ -17,6 +21,21 @@ export interface TestApp {
   /** The same database as the owner role and as the administrator (null when reusing a database). */
   ownerDatabaseUrl: string | null;
   adminDatabaseUrl: string | null;
+  /**
+   * A request for a path, or for the path and query of a link the app gave out: in process
+   * when the app does not listen, over its socket when it does.
+   */
+  fetch: AppFetch;
+  /** A REST call, as `fetch` sends it. */
+  rest(method: string, path: string, options?: RestOptions): Promise<RestAnswer>;
+  /**
+   * A transport for RPCs as `apiKey`: in process through createRouterTransport over the
+   * app's routes and call options (gate, interceptors) when the app does not listen, gRPC
+   * over its socket when it does.
+   */
+  transport(apiKey?: string): Transport;
+  /** A client of `service` over `transport(apiKey)`. */
+  client<T extends DescService>(service: T, apiKey?: string): Client<T>;
   /** An organization with a user of the given role and a key with the given scopes. */
   tenant(options?: { plan?: Plan; role?: Role; scopes?: string[] }): Promise<Tenant>;
   close(): Promise<void>;
@@ -38,30 +57,57 @@ export const TEST_ENV: Record<string, string> = {
   DELIVERY_ALLOW_CIDRS: '127.0.0.0/8,::1/128',
 };
 
-/** A real listener on a free port over a database of its own. */
-export async function startTestApp(
-  env: Record<string, string> = {},
-  options: {
-    now?: () => number;
-    /** Reuse this database (kept on close) instead of a fresh one. */
-    databaseUrl?: string;
-    /** More ORM options (a pool hook that watches the statements sent, say). */
-    orm?: Partial<Options>;
-    /** Where the service logs (silent unless TEST_LOG_LEVEL says otherwise). */
-    logger?: Logger;
-  } = {},
-): Promise<TestApp> {
+export interface TestAppOptions {
+  now?: () => number;
+  /** Reuse this database (kept on close) instead of a fresh one. */
+  databaseUrl?: string;
+  /**
+   * Listen on a free port (default). False serves every call in process, for suites that
+   * test behaviour rather than what a transport promises.
+   */
+  listen?: boolean;
+  /** More ORM options (a pool hook that watches the statements sent, say). */
+  orm?: Partial<Options>;
+  /** Where the service logs (silent unless TEST_LOG_LEVEL says otherwise). */
+  logger?: Logger;
+}
+
+/** The app over a database of its own: a real listener on a free port, or in process. */
+export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database = options.databaseUrl
     ? { url: options.databaseUrl, ownerUrl: null, adminUrl: null, drop: async () => undefined }
     : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
   const orm = await openDatabase(database.url, options.orm);
-  const app = await start({ config, orm, logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now });
+  const buildOptions = { config, orm, logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now };
+  let app: App;
+  let send: AppFetch;
+  let rpc: TestApp['transport'];
+  if (options.listen === false) {
+    const built = await build(buildOptions);
+    const { deps } = built;
+    app = { url: deps.publicUrl.get(), port: 0, orm, logger: deps.logger, gateway: built.gateway, delivery: deps.delivery, close: built.close };
+    send = inProcessFetch(built.handler);
+    rpc = (apiKey) => createRouterTransport(built.routes, { router: built.routerOptions, transport: { interceptors: authorizedAs(apiKey) } });
+  } else {
+    const listening = await start(buildOptions);
+    app = listening;
+    // Links carry the public URL (http://localhost:0 under port 0), not where the app listens.
+    send = (path, init) => {
+      const target = new URL(path, listening.url);
+      return fetch(`${listening.url}${target.pathname}${target.search}`, init);
+    };
+    rpc = (apiKey) => socketTransport(listening.url, 'grpc', apiKey);
+  }
   return {
     app,
     orm,
     config,
     url: app.url,
+    fetch: send,
+    rest: (method, path, restOptions) => restVia(send, method, path, restOptions),
+    transport: rpc,
+    client: (service, apiKey) => createClient(service, rpc(apiKey)),
     databaseUrl: database.url,
     ownerDatabaseUrl: database.ownerUrl,
     adminDatabaseUrl: database.adminUrl,

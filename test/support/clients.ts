@@ -4,12 +4,17 @@ import type { DescService } from '@bufbuild/protobuf';
 
 export type TransportName = 'grpc' | 'connect' | 'grpc-web';
 
-export function transport(baseUrl: string, name: TransportName, apiKey?: string): Transport {
+/** Sends `apiKey` as the bearer credential on every call; none without a key. */
+export function authorizedAs(apiKey?: string): Interceptor[] {
   const withKey: Interceptor = (next) => async (req) => {
     req.header.set('authorization', `Bearer ${apiKey}`);
     return next(req);
   };
-  const interceptors = apiKey ? [withKey] : [];
+  return apiKey ? [withKey] : [];
+}
+
+export function transport(baseUrl: string, name: TransportName, apiKey?: string): Transport {
+  const interceptors = authorizedAs(apiKey);
   switch (name) {
     case 'grpc':
       return createGrpcTransport({ baseUrl, interceptors });
@@ -24,13 +29,29 @@ export function client<T extends DescService>(service: T, baseUrl: string, name:
   return createClient(service, transport(baseUrl, name, apiKey));
 }
 
+/** Sends a request for a path (with its query) to an app; the path is resolved on the app's origin. */
+export type AppFetch = (path: string, init?: RequestInit) => Promise<Response>;
+
+export interface RestAnswer {
+  status: number;
+  body: any;
+  headers: Headers;
+}
+
+export interface RestOptions {
+  apiKey?: string;
+  body?: unknown;
+  rawBody?: string | Buffer;
+  headers?: Record<string, string>;
+}
+
 /** A REST call with real HTTP; returns status, parsed JSON body and headers. */
-export async function rest(
-  baseUrl: string,
-  method: string,
-  path: string,
-  options: { apiKey?: string; body?: unknown; rawBody?: string | Buffer; headers?: Record<string, string> } = {},
-): Promise<{ status: number; body: any; headers: Headers }> {
+export function rest(baseUrl: string, method: string, path: string, options: RestOptions = {}): Promise<RestAnswer> {
+  return restVia((target, init) => fetch(`${baseUrl}${target}`, init), method, path, options);
+}
+
+/** A REST call through `send`, over a socket or in process. */
+export async function restVia(send: AppFetch, method: string, path: string, options: RestOptions = {}): Promise<RestAnswer> {
   const headers: Record<string, string> = { ...options.headers };
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
   let body: string | Buffer | undefined;
@@ -39,7 +60,7 @@ export async function rest(
     body = JSON.stringify(options.body);
     headers['content-type'] ??= 'application/json';
   }
-  const response = await fetch(`${baseUrl}${path}`, { method, headers, body });
+  const response = await send(path, { method, headers, body });
   const text = await response.text();
   let parsed: unknown = text;
   try {

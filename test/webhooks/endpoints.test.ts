@@ -1,13 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
-import { client, rest } from '../support/clients';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ DELIVERY_POLL_INTERVAL_MS: '50' });
+  t = await startTestApp({ DELIVERY_POLL_INTERVAL_MS: '50' }, { listen: false });
 });
 afterAll(async () => t?.close());
 
@@ -47,13 +46,13 @@ describe('create refusals', () => {
 
   it.each(refusals)('REST: %s', async (_name, body, code) => {
     if (code === 'WEBHOOK_URL_TOO_LONG') expect((body.url as string).length).toBe(2049);
-    const res = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body });
+    const res = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body });
     expect({ status: res.status, code: res.body.code }).toEqual({ status: 400, code });
     expect(await endpointCount(tenant.organizationId)).toBe(0);
   });
 
   it.each(refusals)('gRPC: %s', async (_name, body, code) => {
-    const webhooks = client(WebhookService, t.url, 'grpc', tenant.apiKey);
+    const webhooks = t.client(WebhookService, tenant.apiKey);
     const failure = await failureOf(webhooks.createWebhook(body as any));
     expect(failure).toEqual({ code: Code.InvalidArgument, reason: code });
     expect(await endpointCount(tenant.organizationId)).toBe(0);
@@ -61,7 +60,7 @@ describe('create refusals', () => {
 
   it('accepts exactly 2048 characters, 500-character descriptions and 20 event names', async () => {
     const url = `https://127.0.0.1:9/${'a'.repeat(2048 - 'https://127.0.0.1:9/'.length)}`;
-    const res = await rest(t.url, 'POST', '/api/v1/webhooks', {
+    const res = await t.rest('POST', '/api/v1/webhooks', {
       apiKey: tenant.apiKey,
       body: { url, description: 'd'.repeat(500), eventNames: Array.from({ length: 20 }, (_, i) => `event.n${i}`) },
     });
@@ -72,23 +71,23 @@ describe('create refusals', () => {
 
 it('returns the whsec_ secret once, never in lists, and stores it encrypted', async () => {
   const tenant = await t.tenant();
-  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good, description: 'mine' } });
+  const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good, description: 'mine' } });
   expect(created.status).toBe(200);
   const secret = created.body.signingSecret as string;
   expect(secret).toMatch(/^whsec_.{16,}$/);
   expect(created.body.endpoint).toMatchObject({ url: good, description: 'mine', eventNames: ['webhook.test'] });
   expect(created.body.endpoint.disabled ?? false).toBe(false);
-  const grpcCreated = await client(WebhookService, t.url, 'grpc', tenant.apiKey).createWebhook({ url: good });
+  const grpcCreated = await t.client(WebhookService, tenant.apiKey).createWebhook({ url: good });
   expect(grpcCreated.signingSecret).toMatch(/^whsec_/);
   expect(grpcCreated.signingSecret).not.toBe(secret);
 
-  const list = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
+  const list = await t.rest('GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
   expect(list.status).toBe(200);
   const text = JSON.stringify(list.body);
   expect(text).not.toContain(secret);
   expect(text).not.toContain(grpcCreated.signingSecret);
   expect(text).not.toContain('whsec_');
-  const grpcList = await client(WebhookService, t.url, 'grpc', tenant.apiKey).listWebhooks({});
+  const grpcList = await t.client(WebhookService, tenant.apiKey).listWebhooks({});
   const grpcText = JSON.stringify(grpcList, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
   expect(grpcText).not.toContain('whsec_');
 
@@ -104,7 +103,7 @@ it('lists the five most recent deliveries per endpoint, newest first, for severa
   const tenant = await t.tenant();
   const ids: string[] = [];
   for (let i = 0; i < 3; i++) {
-    const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good } });
+    const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good } });
     ids.push(created.body.endpoint.id);
   }
   const em = t.orm.em.fork();
@@ -127,13 +126,13 @@ it('lists the five most recent deliveries per endpoint, newest first, for severa
     }
     expected.set(endpointId, rows.sort((a, b) => b.at - a.at).slice(0, 5).map((r) => r.id));
   }
-  const list = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
+  const list = await t.rest('GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
   expect(list.status).toBe(200);
   expect(list.body.endpoints).toHaveLength(3);
   for (const endpoint of list.body.endpoints) {
     expect(endpoint.recentDeliveries.map((d: any) => d.id)).toEqual(expected.get(endpoint.id));
   }
-  const grpc = await client(WebhookService, t.url, 'grpc', tenant.apiKey).listWebhooks({});
+  const grpc = await t.client(WebhookService, tenant.apiKey).listWebhooks({});
   for (const endpoint of grpc.endpoints) {
     expect(endpoint.recentDeliveries.map((d) => d.id)).toEqual(expected.get(endpoint.id));
   }
@@ -141,7 +140,7 @@ it('lists the five most recent deliveries per endpoint, newest first, for severa
 
 it('lists every field of a delivery as stored, timestamps to the millisecond', async () => {
   const tenant = await t.tenant();
-  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good } });
+  const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good } });
   const endpointId = created.body.endpoint.id as string;
   const [retrying, delivered] = [randomUUID(), randomUUID()];
   const em = t.orm.em.fork();
@@ -158,7 +157,7 @@ it('lists every field of a delivery as stored, timestamps to the millisecond', a
     [retrying, tenant.organizationId, endpointId, delivered, tenant.organizationId, endpointId],
     'run',
   );
-  const list = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
+  const list = await t.rest('GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
   expect(list.status).toBe(200);
   expect(list.body.endpoints[0].recentDeliveries).toEqual([
     {
@@ -189,7 +188,7 @@ it('lists every field of a delivery as stored, timestamps to the millisecond', a
       workflowId: 'wf-delivered',
     },
   ]);
-  const grpc = await client(WebhookService, t.url, 'grpc', tenant.apiKey).listWebhooks({});
+  const grpc = await t.client(WebhookService, tenant.apiKey).listWebhooks({});
   const [first, second] = grpc.endpoints[0]!.recentDeliveries;
   expect(first).toMatchObject({ id: retrying, attemptCount: 3, lastResponseStatus: 503 });
   expect(first!.deliveredAt).toBeUndefined();
@@ -199,7 +198,7 @@ it('lists every field of a delivery as stored, timestamps to the millisecond', a
 
 it('delete disables the endpoint and keeps it listed with its history', async () => {
   const tenant = await t.tenant();
-  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good } });
+  const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good } });
   const id = created.body.endpoint.id as string;
   const deliveryId = randomUUID();
   await t.orm.em.fork().execute(
@@ -208,17 +207,17 @@ it('delete disables the endpoint and keeps it listed with its history', async ()
     [deliveryId, tenant.organizationId, id],
     'run',
   );
-  const deleted = await rest(t.url, 'DELETE', `/api/v1/webhooks/${id}`, { apiKey: tenant.apiKey });
+  const deleted = await t.rest('DELETE', `/api/v1/webhooks/${id}`, { apiKey: tenant.apiKey });
   expect(deleted.status).toBe(200);
   expect(deleted.body.endpoint).toMatchObject({ id, disabled: true });
   expect(deleted.body.endpoint.disabledAt).toBeTruthy();
-  const list = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
+  const list = await t.rest('GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
   expect(list.body.endpoints).toHaveLength(1);
   expect(list.body.endpoints[0]).toMatchObject({ id, disabled: true });
   expect(list.body.endpoints[0].recentDeliveries.map((d: any) => d.id)).toEqual([deliveryId]);
   // Deleting twice is harmless; testing a disabled endpoint is refused.
-  expect((await rest(t.url, 'DELETE', `/api/v1/webhooks/${id}`, { apiKey: tenant.apiKey })).status).toBe(200);
-  const test = await rest(t.url, 'POST', `/api/v1/webhooks/${id}/test`, { apiKey: tenant.apiKey });
+  expect((await t.rest('DELETE', `/api/v1/webhooks/${id}`, { apiKey: tenant.apiKey })).status).toBe(200);
+  const test = await t.rest('POST', `/api/v1/webhooks/${id}/test`, { apiKey: tenant.apiKey });
   expect({ status: test.status, code: test.body.code }).toEqual({ status: 409, code: 'WEBHOOK_DISABLED' });
   const [row] = await t.orm.em.fork().execute('select count(*)::int as n from webhook_deliveries where endpoint_id = ?', [id]);
   expect(row!.n).toBe(1);
@@ -227,16 +226,16 @@ it('delete disables the endpoint and keeps it listed with its history', async ()
 it("another organization's endpoint is not found for test and delete, and nothing changes", async () => {
   const owner = await t.tenant();
   const other = await t.tenant();
-  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: owner.apiKey, body: { url: good } });
+  const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: owner.apiKey, body: { url: good } });
   const id = created.body.endpoint.id as string;
   for (const [method, path] of [
     ['POST', `/api/v1/webhooks/${id}/test`],
     ['DELETE', `/api/v1/webhooks/${id}`],
   ] as const) {
-    const res = await rest(t.url, method, path, { apiKey: other.apiKey });
+    const res = await t.rest(method, path, { apiKey: other.apiKey });
     expect({ status: res.status, code: res.body.code }).toEqual({ status: 404, code: 'WEBHOOK_NOT_FOUND' });
   }
-  const webhooks = client(WebhookService, t.url, 'grpc', other.apiKey);
+  const webhooks = t.client(WebhookService, other.apiKey);
   expect(await failureOf(webhooks.testWebhook({ id }))).toEqual({ code: Code.NotFound, reason: 'WEBHOOK_NOT_FOUND' });
   expect(await failureOf(webhooks.deleteWebhook({ id }))).toEqual({ code: Code.NotFound, reason: 'WEBHOOK_NOT_FOUND' });
   // Non-uuid and unknown ids are not found too.
@@ -248,8 +247,8 @@ it("another organization's endpoint is not found for test and delete, and nothin
   expect(deliveries!.n).toBe(0);
   const usage = await t.orm.em.fork().execute('select * from delivery_usage where organization_id in (?, ?)', [owner.organizationId, other.organizationId]);
   expect(usage).toEqual([]);
-  expect((await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: other.apiKey })).body.endpoints ?? []).toEqual([]);
-  const ownerList = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: owner.apiKey });
+  expect((await t.rest('GET', '/api/v1/webhooks', { apiKey: other.apiKey })).body.endpoints ?? []).toEqual([]);
+  const ownerList = await t.rest('GET', '/api/v1/webhooks', { apiKey: owner.apiKey });
   expect(ownerList.body.endpoints[0]).toMatchObject({ id });
   expect(ownerList.body.endpoints[0].disabled ?? false).toBe(false);
 });

@@ -1,22 +1,21 @@
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
-import { client, rest } from '../support/clients';
 import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ DELIVERY_POLL_INTERVAL_MS: '50' });
+  t = await startTestApp({ DELIVERY_POLL_INTERVAL_MS: '50' }, { listen: false });
   // Nothing leaves the service in this file: every delivery is held.
-  await client(OperatorService, t.url, 'grpc', t.config.operatorToken).setKillSwitch({ organizationId: '', enabled: true, reason: 'limits tests' });
+  await t.client(OperatorService, t.config.operatorToken).setKillSwitch({ organizationId: '', enabled: true, reason: 'limits tests' });
 });
 afterAll(async () => t?.close());
 
 async function endpointOf(tenant: Tenant): Promise<string> {
-  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: 'https://127.0.0.1:9/hook' } });
+  const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: 'https://127.0.0.1:9/hook' } });
   expect(created.status).toBe(200);
   return created.body.endpoint.id;
 }
 
-const testCall = (tenant: Tenant, id: string) => rest(t.url, 'POST', `/api/v1/webhooks/${id}/test`, { apiKey: tenant.apiKey });
+const testCall = (tenant: Tenant, id: string) => t.rest('POST', `/api/v1/webhooks/${id}/test`, { apiKey: tenant.apiKey });
 
 async function deliveries(organizationId: string): Promise<number> {
   const [r] = await t.orm.em.fork().execute('select count(*)::int as n from webhook_deliveries where organization_id = ?', [organizationId]);
@@ -78,7 +77,7 @@ it('scale at 100000-1 deliveries this month: one more succeeds, the next is DELI
 it('enterprise with an operator quota of 2: two succeed, the third is refused', async () => {
   const tenant = await t.tenant({ plan: 'enterprise' });
   const id = await endpointOf(tenant);
-  const operator = client(OperatorService, t.url, 'grpc', t.config.operatorToken);
+  const operator = t.client(OperatorService, t.config.operatorToken);
   const set = await operator.setDeliveryQuota({ organizationId: tenant.organizationId, monthlyDeliveries: 2n });
   expect(set.monthlyDeliveries).toBe(2n);
   expect((await testCall(tenant, id)).status).toBe(200);
