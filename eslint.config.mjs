@@ -31,6 +31,24 @@ export default tseslint.config(
     },
   },
   {
+    // Each folder under src/ is a module with one door, its index.ts: another module's files
+    // are reached through it, so what a module keeps to itself can change without notice.
+    files: ['src/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(\\.\\./)+(?!gen/|workflows/)[^./][^/]*/',
+              message: "Import another module through its index.ts (e.g. '../db'), not one of its files.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Workflow code runs in Temporal's deterministic sandbox: only the workflow API, types, and pure constants.
     files: ['workflows/**/*.ts'],
     rules: {

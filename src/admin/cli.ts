@@ -1,8 +1,8 @@
 import { parseArgs } from 'node:util';
-import { loadConfig, type Config } from '../config';
-import { createLogger } from '../config/logger';
+import { loadConfig, type Config, createLogger } from '../config';
 import { openDatabase, migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
-import { SecretBox, rotateSigningSecrets } from '../webhooks';
+import { rotateSigningSecrets } from '../webhooks';
+import { SecretBox } from '../secrets';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 
 const USAGE = `usage: npm run admin -- <command> [options] [--json]

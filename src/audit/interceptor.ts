@@ -1,11 +1,9 @@
 import { ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
-import { accessOf } from '../auth/access';
-import { entityManagerKey } from '../db/context';
-import type { EntityManager } from '../db/orm';
-import { principalKey } from '../auth/principal';
+import { accessOf, principalKey } from '../auth';
+import { entityManagerKey, type EntityManager } from '../db';
 import { requestIdKey } from '../context';
 import { errorInfoOf, ERRORS } from '../errors';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 import { appendAuditEvent, type AuditEntry, type AuditOutcome } from './trail';
 
 /** The audited action of the current call: who, what, and what the service adds to it. */

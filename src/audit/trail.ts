@@ -1,4 +1,4 @@
-import type { EntityManager } from '../db/orm';
+import type { EntityManager } from '../db';
 
 export type AuditOutcome = 'succeeded' | 'refused' | 'failed';
 

@@ -1,6 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { EntityManager } from '../db/orm';
-import { ApiKeySchema, type Role } from '../db/entities';
+import { type EntityManager, ApiKeySchema, type Role } from '../db';
 import type { CustomerPrincipal } from './principal';
 import type { PrincipalCache } from './principal-cache';
 

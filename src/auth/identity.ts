@@ -1,5 +1,4 @@
-import type { EntityManager } from '../db/orm';
-import { OrganizationSchema, UserSchema, PLANS, ROLES, type Organization, type Plan, type Role, type User } from '../db/entities';
+import { type EntityManager, OrganizationSchema, UserSchema, PLANS, ROLES, type Organization, type Plan, type Role, type User } from '../db';
 
 export function isPlan(value: string): value is Plan {
   return (PLANS as readonly string[]).includes(value);

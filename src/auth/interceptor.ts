@@ -1,6 +1,6 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { HandlerContext, Interceptor } from '@connectrpc/connect';
-import { entityManagerKey } from '../db/context';
+import { entityManagerKey } from '../db';
 import { apiError } from '../errors';
 import { accessOf } from './access';
 import { authenticate } from './api-keys';

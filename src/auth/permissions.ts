@@ -1,4 +1,4 @@
-import type { Role } from '../db/entities';
+import type { Role } from '../db';
 
 /** Permissions a key can be scoped to and a role can grant. */
 export const PERMISSIONS = [

@@ -1,5 +1,5 @@
 import { Client } from 'pg';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 import type { CustomerPrincipal } from './principal';
 
 /** The channel the api_keys and users triggers notify on (migration PrincipalNotices). */

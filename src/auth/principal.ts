@@ -1,5 +1,5 @@
 import { createContextKey } from '@connectrpc/connect';
-import type { Role } from '../db/entities';
+import type { Role } from '../db';
 
 /** Who is calling: a customer's API key, bound to one user in one organization. */
 export interface CustomerPrincipal {

@@ -1,4 +1,6 @@
 import { createHash } from 'node:crypto';
+
+export { createLogger, type Logger } from './logger';
 import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**

@@ -1,5 +1,4 @@
-import { loadConfig } from '../config';
-import { createLogger } from '../config/logger';
+import { loadConfig, createLogger } from '../config';
 import { migrateAs } from './orm';
 import { resolveDatabaseUrl } from './resolve';
 

@@ -3,7 +3,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'pg';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 import { POOL_SIZE } from './orm';
 import { OWNER_ROLE, SERVICE_ROLE, ensureServiceRoles } from './roles';
 

@@ -1,15 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
-import type { MikroORM } from '../db/orm';
-import { isDatabaseUnavailable } from '../db';
-import type { Logger } from '../config/logger';
+import { type MikroORM, isDatabaseUnavailable } from '../db';
+import type { Logger, Config } from '../config';
 import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
-import { SecretBox } from '../webhooks/secret-box';
-import type { Config } from '../config';
+import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
-import { OutboundError, createOutboundClient, type OutboundClient } from './outbound';
-import { signedHeaders } from './signing';
+import { OutboundError, createOutboundClient, type OutboundClient } from '../outbound';
+import { signedHeaders } from '../signatures';
 import { DeliveryRecords } from './records';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';

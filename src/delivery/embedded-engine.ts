@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { MikroORM } from '../db/orm';
-import type { Logger } from '../config/logger';
+import type { MikroORM } from '../db';
+import type { Logger } from '../config';
 import { HEARTBEAT_TIMEOUT_MS } from '../../workflows/policy';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import type { DeliveryAttempts } from './activities';

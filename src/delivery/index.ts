@@ -28,8 +28,5 @@ export {
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';
 export { workflowIdFor } from './workflow-id';
-export { createOutboundClient, OutboundError, type OutboundClient } from './outbound';
-export { signatureFor, signedHeaders, SIGNATURE_HEADER, TIMESTAMP_HEADER } from './signing';
-export { verifyWebhook, WebhookVerificationError } from './verify';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';

@@ -1,5 +1,5 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { MikroORM } from '../db/orm';
+import type { MikroORM } from '../db';
 import type { DeliveryEvent } from './activities';
 import type { DeliveryRecords } from './records';
 

@@ -1,5 +1,5 @@
-import type { MikroORM } from '../db/orm';
-import type { Logger } from '../config/logger';
+import type { MikroORM } from '../db';
+import type { Logger } from '../config';
 import type { DeliveryEngine } from './contract';
 import type { DeliveryRecords } from './records';
 

@@ -1,15 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type Expression, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
-import type { EntityManager } from '../db/orm';
-import type {
-  DeadLetterSchema,
-  DeliveryAttemptSchema,
-  DeliveryStatus,
-  KillSwitchSchema,
-  WebhookDeliverySchema,
-  WebhookEndpointSchema,
-} from '../db';
+import type { EntityManager, DeadLetterSchema, DeliveryAttemptSchema, DeliveryStatus, KillSwitchSchema, WebhookDeliverySchema, WebhookEndpointSchema } from '../db';
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryRef } from './contract';
 import { DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { sql, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { JsonObject } from '@bufbuild/protobuf';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 import { isUuid, type EntityManager, type EventSchema, type Organization, type OrganizationSchema } from '../db';
 import type { DeliveryEngine, DeliveryRecords, EventDelivery } from '../delivery';
 import { apiError } from '../errors';

@@ -13,7 +13,7 @@ import { timestampDate, timestampFromDate, type Timestamp } from '@bufbuild/prot
 import { Code, ConnectError, createClient, type Client, type Interceptor } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { loadConfig } from '../config';
-import { isUuid } from '../db/ids';
+import { isUuid } from '../db';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import {
   AuditEventSchema,

@@ -21,7 +21,7 @@ import { appendAuditEvent, queryAuditEvents } from '../audit';
 import { OrganizationSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
 import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type KillSwitchState } from '../delivery';
 import type { EventPublisher } from '../events';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 import { requestIdKey } from '../context';
 import { apiError } from '../errors';
 

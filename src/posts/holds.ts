@@ -1,8 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import { changeEventId, type ChangeEvents } from '../events';
-import type { EntityManager } from '../db/orm';
-import type { PostSchema } from '../db';
+import type { EntityManager, PostSchema } from '../db';
 
 /** Why a post is held; shown to clients as `holdReason`. */
 export type HoldReason = 'connection_disabled' | 'account_changed';

@@ -1,6 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { createConnectRouter, type ConnectRouter, type ConnectRouterOptions } from '@connectrpc/connect';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 import type { MikroORM } from '../db';
 import { requestIdFrom } from '../context';
 import { clientWentAway, createListener, type RequestHandler } from './listener';

@@ -1,11 +1,11 @@
 import { Pool } from 'pg';
-import type { Config } from '../config';
-import { createLogger, type Logger } from '../config/logger';
+import { type Config, createLogger, type Logger } from '../config';
 import { openDatabase, migrate, type MikroORM } from '../db';
 import { PrincipalCache } from '../auth';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
-import { WebhookServiceImpl, SecretBox, WebhookRateLimiter } from '../webhooks';
+import { WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
+import { SecretBox } from '../secrets';
 import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
 import {

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
 import { type Health, HealthCheckResponse_ServingStatus as Status } from '../gen/grpc/health/v1/health_pb';
-import type { MikroORM } from '../db/orm';
+import type { MikroORM } from '../db';
 
 /**
  * One dependency the service needs to serve, by the name `/readyz` reports when it is

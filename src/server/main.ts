@@ -1,5 +1,4 @@
-import { loadConfig, ConfigError } from '../config';
-import { createLogger } from '../config/logger';
+import { loadConfig, ConfigError, createLogger } from '../config';
 import { openDatabase, migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
 import { start } from './app';
 

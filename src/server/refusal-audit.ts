@@ -4,7 +4,7 @@ import { accessOf, principalKey } from '../auth';
 import { requestIdKey } from '../context';
 import { entityManagerKey } from '../db';
 import { errorInfoOf } from '../errors';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 
 /**
  * Records the refusal of an audited RPC decided after authentication and before the body

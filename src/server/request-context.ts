@@ -1,10 +1,8 @@
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
-import type { MikroORM } from '../db/orm';
-import { entityManagerKey } from '../db/context';
+import { type MikroORM, entityManagerKey, isDatabaseUnavailable } from '../db';
 import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../context';
 import { apiError, errorInfoDetail, errorInfoOf, fallbackCodeOf, ERRORS, type ErrorCode } from '../errors';
-import { isDatabaseUnavailable } from '../db/errors';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 
 export interface CallObserver {
   (call: { procedure: string; transport: Transport; code: string; seconds: number }): void;

@@ -1,7 +1,7 @@
 import { createContextValues, type ConnectRouter } from '@connectrpc/connect';
 import type { UniversalHandler, UniversalServerResponse } from '@connectrpc/connect/protocol';
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
-import type { Logger } from '../config/logger';
+import type { Logger } from '../config';
 import { requestIdFrom, requestIdKey } from '../context';
 import type { ErrorCode } from '../errors';
 import { sendError } from './gateway';

@@ -1,10 +1,10 @@
 /**
  * Static checks on a webhook endpoint URL at registration. They give API clients an
  * early, clear refusal; the real SSRF boundary is the connect-time check in
- * src/delivery/outbound.ts, because a public name can resolve to a private address
+ * src/outbound/client.ts, because a public name can resolve to a private address
  * later (DESIGN decision 7).
  */
-import { createAddressPolicy, FORBIDDEN_REASON_TEXT, isIpLiteral, type AddressPolicy } from '../delivery/address-policy';
+import { createAddressPolicy, FORBIDDEN_REASON_TEXT, isIpLiteral, type AddressPolicy } from '../outbound';
 
 export type EndpointUrlCheck = { ok: true; url: string } | { ok: false; code: EndpointUrlErrorCode; message: string };
 

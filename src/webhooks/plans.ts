@@ -1,5 +1,4 @@
-import type { EntityManager } from '../db/orm';
-import type { Organization } from '../db';
+import type { EntityManager, Organization } from '../db';
 import { apiError } from '../errors';
 
 /** Webhook deliveries per calendar month (UTC) by plan; Enterprise is set per organization. */

@@ -1,5 +1,5 @@
-import type { EntityManager } from '../db/orm';
-import type { SecretBox } from './secret-box';
+import type { EntityManager } from '../db';
+import type { SecretBox } from '../secrets';
 
 /**
  * Re-encrypts every signing secret not yet under the current key. The service keeps

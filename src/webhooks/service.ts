@@ -32,7 +32,7 @@ import { validateEndpointUrl } from './endpoint-url';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
-import { type SecretBox, newSigningSecret } from './secret-box';
+import { type SecretBox, newSigningSecret } from '../secrets';
 
 export interface WebhookServiceDeps {
   secrets: SecretBox;

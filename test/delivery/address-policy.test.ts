@@ -1,5 +1,5 @@
-import { classifyAddress, createAddressPolicy, type ForbiddenReason } from '../../src/delivery/address-policy';
-import { createOutboundClient, OutboundError } from '../../src/delivery/outbound';
+import { classifyAddress, createAddressPolicy, type ForbiddenReason } from '../../src/outbound';
+import { createOutboundClient, OutboundError } from '../../src/outbound';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 import { makeTestTls } from '../support/tls';
 

@@ -5,11 +5,10 @@ import {
   DeliveryRecords,
   EmbeddedDeliveryEngine,
   FINAL_STATUSES,
-  createOutboundClient,
   type DeliveryEvent,
   type DeliveryRef,
-  type OutboundClient,
 } from '../../src/delivery';
+import { createOutboundClient, type OutboundClient } from '../../src/outbound';
 import { MAX_ATTEMPTS } from '../../workflows/policy';
 import { createTestDatabase } from '../support/databases';
 import { startPgProxy, type PgProxy } from '../support/pg-proxy';

@@ -1,4 +1,4 @@
-import { createOutboundClient, OutboundError, type OutboundOptions } from '../../src/delivery/outbound';
+import { createOutboundClient, OutboundError, type OutboundOptions } from '../../src/outbound';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../support/https-receiver';
 import { makeTestTls, type TestTls } from '../support/tls';
 

@@ -1,6 +1,5 @@
 import { createHmac } from 'node:crypto';
-import { signatureFor, signedHeaders } from '../../src/delivery/signing';
-import { verifyWebhook, WebhookVerificationError, type WebhookVerificationCode } from '../../src/delivery/verify';
+import { signatureFor, signedHeaders, verifyWebhook, WebhookVerificationError, type WebhookVerificationCode } from '../../src/signatures';
 
 const SECRET = 'whsec_7Rk2bQe9mYv4Lp0sXc3nHa8u';
 const BODY = JSON.stringify({ id: 'evt_01', type: 'webhook.test', data: { note: 'café ✓' } });

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
-import { verifyWebhook } from '../../src/delivery';
-import { SecretBox, newSigningSecret } from '../../src/webhooks';
+import { verifyWebhook } from '../../src/signatures';
+import { SecretBox, newSigningSecret } from '../../src/secrets';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';

@@ -1,5 +1,5 @@
 import { Client } from 'pg';
-import { verifyWebhook } from '../../src/delivery';
+import { verifyWebhook } from '../../src/signatures';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest } from '../support/clients';
 import { connectSandboxAccount } from '../support/connections';

@@ -3,7 +3,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { WebhookEndpointSchema, type MikroORM } from '../../src/db';
 import { createOrganization } from '../../src/auth';
 import { workflowIdFor, type DeliveryRecords, type DeliveryRef } from '../../src/delivery';
-import { SecretBox, newSigningSecret } from '../../src/webhooks';
+import { SecretBox, newSigningSecret } from '../../src/secrets';
 
 /**
  * Delivery fixtures written below the API: an organization, an endpoint (its secret sealed

@@ -1,0 +1,1 @@
+export { SecretBox, newSigningSecret, type SealedSecret } from './secret-box';
