@@ -4,5 +4,5 @@ export { entityManagerKey, entityManagerOf } from './context';
 export * from './entities';
 export { isUniqueViolation, isDatabaseUnavailable } from './errors';
 export { resolveDatabaseUrl, EmbeddedDatabaseBusyError, type ResolvedDatabase } from './resolve';
-export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, LAST_INSTANT_MS, type Cursor } from './pagination';
+export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, PageRequestError, LAST_INSTANT_MS, type Cursor } from './pagination';
 export { isUuid } from './ids';

@@ -1,17 +1,35 @@
-import { apiError } from '../errors';
 import { isUuid } from './ids';
 
-/** Keyset cursor over (createdAt or another instant, id); opaque to clients. */
+/**
+ * Keyset cursor over (createdAt or another instant, id), the one page token format of
+ * every list: opaque to clients. The id is a uuid, or a row number (the audit trail's).
+ */
 export interface Cursor {
   at: string;
   id: string;
 }
 
+/**
+ * A page request this layer cannot serve, by the stable code the API answers with; the
+ * service edge (the request-context interceptor) turns it into that API error.
+ */
+export class PageRequestError extends Error {
+  override readonly name = 'PageRequestError';
+  constructor(
+    readonly code: 'PAGE_TOKEN_INVALID' | 'INVALID_ARGUMENT',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const ROW_NUMBER = /^\d{1,19}$/;
+
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 200;
 
 export function pageSizeOf(requested: number): number {
-  if (requested < 0) throw apiError('INVALID_ARGUMENT', 'pageSize must not be negative.');
+  if (requested < 0) throw new PageRequestError('INVALID_ARGUMENT', 'pageSize must not be negative.');
   if (requested === 0) return DEFAULT_PAGE_SIZE;
   return Math.min(requested, MAX_PAGE_SIZE);
 }
@@ -28,18 +46,19 @@ export const LAST_INSTANT_MS = 253_402_300_799_999;
  * A page token is opaque to clients but not trusted: a forged one whose id is not a uuid
  * or whose instant is outside years 1-9999 is refused here rather than failing the query.
  */
-export function decodeCursor(token: string): Cursor | null {
+export function decodeCursor(token: string, ids: 'uuid' | 'row number' = 'uuid'): Cursor | null {
   if (!token) return null;
   try {
     const value = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as Partial<Cursor>;
     const at = typeof value.at === 'string' ? Date.parse(value.at) : Number.NaN;
-    if (typeof value.id === 'string' && isUuid(value.id) && at >= FIRST_INSTANT_MS && at <= LAST_INSTANT_MS) {
-      return { at: value.at as string, id: value.id };
+    const idValid = typeof value.id === 'string' && (ids === 'uuid' ? isUuid(value.id) : ROW_NUMBER.test(value.id));
+    if (idValid && at >= FIRST_INSTANT_MS && at <= LAST_INSTANT_MS) {
+      return { at: value.at as string, id: value.id as string };
     }
   } catch {
     // Falls through to the refusal below.
   }
-  throw apiError('PAGE_TOKEN_INVALID', 'pageToken is not a token this service issued.');
+  throw new PageRequestError('PAGE_TOKEN_INVALID', 'pageToken is not a token this service issued.');
 }
 
 /**

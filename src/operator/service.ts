@@ -79,14 +79,15 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
   async queryAuditEvents(req: QueryAuditEventsRequest, ctx: HandlerContext) {
     const em = entityManagerOf(ctx);
     const limit = pageSizeOf(req.pageSize);
-    if (req.pageToken && !/^\d{1,19}$/.test(req.pageToken)) throw apiError('PAGE_TOKEN_INVALID', 'pageToken is not a token this service issued.');
+    // The trail is read newest first by its row number; the token carries the last one read.
+    const cursor = decodeCursor(req.pageToken, 'row number');
     if (req.organizationId && !isUuid(req.organizationId)) return { events: [], nextPageToken: '' };
     const rows = await queryAuditEvents(em, {
       organizationId: req.organizationId || undefined,
       action: req.action || undefined,
       since: dateOf(req.since),
       until: dateOf(req.until),
-      beforeId: req.pageToken || undefined,
+      beforeId: cursor?.id,
       limit: limit + 1,
     });
     const page = rows.slice(0, limit);
@@ -106,7 +107,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
           details: row.details as JsonObject,
         }),
       ),
-      nextPageToken: rows.length > limit ? (page.at(-1)?.id ?? '') : '',
+      nextPageToken: rows.length > limit && page.length > 0 ? encodeCursor({ at: new Date(page.at(-1)!.occurred_at).toISOString(), id: page.at(-1)!.id }) : '',
     };
   }
 

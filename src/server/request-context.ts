@@ -1,5 +1,5 @@
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
-import { type MikroORM, entityManagerKey, isDatabaseUnavailable } from '../db';
+import { type MikroORM, entityManagerKey, isDatabaseUnavailable, PageRequestError } from '../db';
 import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../context';
 import { apiError, errorInfoDetail, errorInfoOf, fallbackCodeOf, ERRORS, type ErrorCode } from '../errors';
 import type { Logger } from '../config';
@@ -203,6 +203,9 @@ function callError(error: unknown, call: { requestId: string; procedure: string;
     connectError = boundedMessage(error);
     // Refusals raised without a stable code (the health service's NotFound, a deadline) get the one their gRPC code implies.
     if (!errorInfoOf(connectError)) connectError.details.push(errorInfoDetail(fallbackCodeOf(connectError.code)));
+  } else if (error instanceof PageRequestError) {
+    // The persistence layer says which page request it cannot serve; the API says it with its code.
+    connectError = apiError(error.code, error.message);
   } else if (isDatabaseUnavailable(error)) {
     call.logger.warn({ requestId: call.requestId, err: error, procedure: call.procedure }, 'database unavailable');
     connectError = databaseUnavailable();
