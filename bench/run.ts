@@ -47,7 +47,7 @@ const HISTORY_ROWS = Math.round(numberEnv('BENCH_HISTORY_ROWS', 1_000_000, 1000)
 const MEMORY_SMALL = Math.round(numberEnv('BENCH_MEMORY_SMALL', 10_000, 100));
 const MEMORY_LARGE = Math.round(numberEnv('BENCH_MEMORY_LARGE', 100_000, 200));
 if (MEMORY_LARGE <= MEMORY_SMALL) throw new Error('BENCH_MEMORY_LARGE must be greater than BENCH_MEMORY_SMALL');
-const BUDGET_SECONDS = numberEnv('BENCH_BUDGET_SECONDS', 470, 30);
+const BUDGET_SECONDS = numberEnv('BENCH_BUDGET_SECONDS', 600, 30);
 /** Comma-separated benchmark ids to run (development): list_webhooks, create_webhooks, rest_gateway, grpc_unary, delivery_engine, delivery_engine_1000, publish_latency, memory_growth. */
 const ONLY = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(',').map((s) => s.trim()) : null;
 /**
