@@ -47,6 +47,8 @@ const HISTORY_ROWS = Math.round(numberEnv('BENCH_HISTORY_ROWS', 1_000_000, 1000)
 const MEMORY_SMALL = Math.round(numberEnv('BENCH_MEMORY_SMALL', 10_000, 100));
 const MEMORY_LARGE = Math.round(numberEnv('BENCH_MEMORY_LARGE', 100_000, 200));
 if (MEMORY_LARGE <= MEMORY_SMALL) throw new Error('BENCH_MEMORY_LARGE must be greater than BENCH_MEMORY_SMALL');
+/** After the counted requests, the same mix for this long, then RSS once more: memory after sustained load, not after a count. */
+const MEMORY_SECONDS = numberEnv('BENCH_MEMORY_SECONDS', 60, 1);
 const BUDGET_SECONDS = numberEnv('BENCH_BUDGET_SECONDS', 600, 30);
 /** Comma-separated benchmark ids to run (development): list_webhooks, create_webhooks, rest_gateway, grpc_unary, delivery_engine, delivery_engine_1000, publish_latency, memory_growth. */
 const ONLY = process.env.BENCH_ONLY ? process.env.BENCH_ONLY.split(',').map((s) => s.trim()) : null;
@@ -1102,6 +1104,7 @@ async function benchMemory(ctx: Context): Promise<void> {
     log(`${id}: fresh server, ${requests.length}-request mix, ${CONNECTIONS} connections`);
     const trajectory = [await sample(0)];
     const parts: Measured[] = [];
+    let afterSustained: Awaited<ReturnType<typeof sample>> | null = null;
     await withLoads([httpLoad({ url, connections: CONNECTIONS, warmupSeconds: 0, requests })], async ([load]) => {
       const rest = MEMORY_LARGE - MEMORY_SMALL;
       // The first part is the baseline; the rest in three parts, for the trajectory.
@@ -1114,12 +1117,19 @@ async function benchMemory(ctx: Context): Promise<void> {
         parts.push({ ...result, cpuSeconds });
         trajectory.push(await sample(trajectory.at(-1)!.requests + amount));
       }
+      const sustained = await load!.run({ seconds: MEMORY_SECONDS });
+      log(`  mixed for ${MEMORY_SECONDS} s: ${sustained.ok + sustained.non2xx} answered, ${sustained.errors} errors`);
+      if (sustained.errors > 0) throw new Error(`${sustained.errors} errors in the ${MEMORY_SECONDS} s mixed load`);
+      afterSustained = await sample(trajectory.at(-1)!.requests + sustained.ok + sustained.non2xx);
     });
     const small = trajectory[1]!;
     const large = trajectory.at(-1)!;
     const ratio = large.rssMiB / small.rssMiB;
     const summary = summarize(parts);
-    diagnostics.push(`memory: ${trajectory.map((t) => `${t.requests / 1000}k → RSS ${t.rssMiB} MiB (heap ${t.heapUsedMiB}/${t.heapTotalMiB})`).join(', ')}`);
+    diagnostics.push(
+      `memory: ${trajectory.map((t) => `${t.requests / 1000}k → RSS ${t.rssMiB} MiB (heap ${t.heapUsedMiB}/${t.heapTotalMiB})`).join(', ')}; ` +
+        `then ${MEMORY_SECONDS} s more of the mix (${afterSustained!.requests.toLocaleString('en-US')} requests in all) → RSS ${afterSustained!.rssMiB} MiB (heap ${afterSustained!.heapUsedMiB}/${afterSustained!.heapTotalMiB})`,
+    );
     addFigure({
       id,
       figure: name,
@@ -1131,7 +1141,7 @@ async function benchMemory(ctx: Context): Promise<void> {
       ratioLabel: 'growth',
       goal: '≤ 10%',
       check: (g) => g <= 0.1,
-      detail: { ratio, trajectory, statusCodes: summary.statusCodes, serverCpuMsPerRequest: summary.cpuMsPerOp, mix: requests.map((r) => `${r.method} ${r.path}`) },
+      detail: { ratio, trajectory, afterSustained, sustainedSeconds: MEMORY_SECONDS, statusCodes: summary.statusCodes, serverCpuMsPerRequest: summary.cpuMsPerOp, mix: requests.map((r) => `${r.method} ${r.path}`) },
     });
   } catch (error) {
     failedFigure(id, name, '≤ 10%', error);
