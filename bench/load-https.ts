@@ -1,38 +1,36 @@
 /**
- * The reference for the delivery figure, as a segment server (see child.ts): K concurrent loops POSTing a webhook-sized JSON
- * body to the receiver over HTTPS, each request on a fresh keep-alive-free agent (one TLS
- * connection per request), as the delivery engine's outbound client does. No database,
- * no signing, no SSRF lookup. The receiver's CA is the trust store.
+ * The reference for the delivery figures, as a segment server (see child.ts): K concurrent
+ * loops POSTing a webhook-sized JSON body over HTTPS to the receiver, round-robin over the
+ * same paths the engine's endpoints use, on keep-alive connections (K at most), as a
+ * client written for throughput would. No database, no signing, no SSRF lookup. The
+ * receiver's CA is the trust store.
  */
 import https from 'node:https';
-import tls from 'node:tls';
 import { closedLoop, input, runMain, serveSegments } from './child';
 
 interface Input {
   url: string;
+  /** Paths posted to in turn (one per endpoint of the engine's side). */
+  paths: string[];
   caPem: string;
   concurrency: number;
   warmupSeconds: number;
   body: string;
-  /**
-   * Trust the default roots plus the test CA, as the engine's outbound client does (a
-   * secure context built from ~150 certificates per connection); otherwise just the CA.
-   */
-  withDefaultRoots: boolean;
 }
 
 runMain(async () => {
   const spec = input<Input>();
   const target = new URL(spec.url);
-  const ca = spec.withDefaultRoots ? [...tls.getCACertificates('default'), spec.caPem] : [spec.caPem];
+  const agent = new https.Agent({ keepAlive: true, maxSockets: spec.concurrency, ca: [spec.caPem] });
+  let next = 0;
   const post = () =>
     new Promise<void>((resolve, reject) => {
-      const agent = new https.Agent({ keepAlive: false });
+      const path = spec.paths[next++ % spec.paths.length]!;
       const req = https.request({
         method: 'POST',
         host: target.hostname,
         port: Number(target.port),
-        path: target.pathname,
+        path,
         headers: {
           'content-type': 'application/json',
           'x-service-timestamp': String(Math.floor(Date.now() / 1000)),
@@ -40,26 +38,19 @@ runMain(async () => {
           'content-length': String(Buffer.byteLength(spec.body)),
         },
         agent,
-        ca,
       });
-      req.on('error', (error) => {
-        agent.destroy();
-        reject(error);
-      });
+      req.on('error', reject);
       req.on('response', (res) => {
         res.resume();
-        res.on('end', () => {
-          req.destroy();
-          agent.destroy();
-          if (res.statusCode !== 200) reject(new Error(`HTTP ${res.statusCode}`));
-          else resolve();
-        });
+        res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`HTTP ${res.statusCode}`))));
       });
       req.end(spec.body);
     });
   await serveSegments({
     warmup: () => closedLoop(spec.concurrency, spec.warmupSeconds, post),
     segment: (command) => closedLoop(spec.concurrency, command.seconds ?? 1, post),
-    cleanup: async () => undefined,
+    cleanup: async () => {
+      agent.destroy();
+    },
   });
 });

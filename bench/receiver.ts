@@ -1,7 +1,8 @@
 /**
  * A customer's webhook endpoint in its own process: HTTPS on 127.0.0.1 with the test
  * certificate, reads each body and answers 200 at once. Reports how many it answered
- * when stopped.
+ * when stopped, and each request to a path under /hook/latency as it arrives (`received`,
+ * `at`: epoch milliseconds with the fraction, comparable with the parent's clock).
  */
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -19,6 +20,7 @@ runMain(async () => {
     req.resume();
     req.on('end', () => {
       answered++;
+      if (req.url?.startsWith('/hook/latency')) emit({ type: 'received', path: req.url, at: performance.timeOrigin + performance.now() });
       res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '2' });
       res.end('ok');
     });

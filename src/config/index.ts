@@ -62,6 +62,10 @@ export interface DeliveryConfig {
   maxResponseBytes: number;
   /** Embedded engine: deliveries one instance works on at once. */
   concurrency: number;
+  /** Outbound connections kept open to one receiver (host and port). */
+  connectionsPerEndpoint: number;
+  /** An outbound connection is not reused past this age, so a receiver's DNS change is seen within it. */
+  connectionMaxAgeMs: number;
   /** Embedded engine only: how often it looks for due deliveries. */
   pollIntervalMs: number;
   /** The contract's 30 s; only NODE_ENV=test may shorten it (DELIVERY_TEST_RETRY_INTERVAL_MS). */
@@ -228,6 +232,9 @@ export function loadConfig(env: Env = process.env): Config {
       maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
       concurrency: int('DELIVERY_CONCURRENCY', 16, 1, 256),
+      connectionsPerEndpoint: int('DELIVERY_CONNECTIONS_PER_ENDPOINT', 16, 1, 256),
+      // Ten minutes at most: longer, a moved receiver (or a name rebound to a forbidden address) keeps getting requests at its old one.
+      connectionMaxAgeMs: int('DELIVERY_CONNECTION_MAX_AGE_MS', 60_000, 1000, 600_000),
       retryIntervalMs: RETRY_INTERVAL_MS,
     },
     temporal,

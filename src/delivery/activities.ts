@@ -227,6 +227,8 @@ export function activityDepsFromConfig(
       extraCa: config.delivery.extraCaPem ?? undefined,
       timeoutMs: config.delivery.attemptTimeoutMs,
       maxResponseBytes: config.delivery.maxResponseBytes,
+      connectionsPerEndpoint: config.delivery.connectionsPerEndpoint,
+      connectionMaxAgeMs: config.delivery.connectionMaxAgeMs,
     }),
     retryIntervalMs: config.delivery.retryIntervalMs,
   };

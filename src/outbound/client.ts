@@ -1,12 +1,15 @@
 /**
  * The only way the service sends HTTP to customer-controlled URLs (DESIGN decision 7):
  * https only, TLS verified, the SSRF filter applied to the addresses actually dialled,
- * no redirects, one deadline for the whole attempt, a capped response body.
+ * no redirects, one deadline for the whole attempt, a capped response body. Connections
+ * to a receiver are kept and reused, within an age bound, so the filter runs once per
+ * connection rather than once per request.
  */
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import { promises as dnsPromises } from 'node:dns';
 import https from 'node:https';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { createAddressPolicy, FORBIDDEN_REASON_TEXT, type AddressPolicy, type ForbiddenReason } from './address-policy';
 
@@ -74,7 +77,23 @@ export interface OutboundOptions {
   maxResponseBytes: number;
   /** Replaces DNS resolution (tests); every address returned is still checked. */
   lookup?: Resolver;
+  /** Connections kept open to one receiver (host and port), busy and idle together. */
+  connectionsPerEndpoint?: number;
+  /**
+   * A connection older than this is not used for another request, so the address it was
+   * dialled at (checked when it was opened) is at most this stale.
+   */
+  connectionMaxAgeMs?: number;
 }
+
+const DEFAULT_CONNECTIONS_PER_ENDPOINT = 16;
+const DEFAULT_CONNECTION_MAX_AGE_MS = 60_000;
+/**
+ * An idle connection is closed after this, before Node's default server keep-alive timeout
+ * (5 s) and the usual load balancers' (60 s) would close it under a request just written.
+ * A shorter `Keep-Alive: timeout=` announced by the receiver wins.
+ */
+const IDLE_CONNECTION_MS = 4_000;
 
 const defaultResolver: Resolver = async (hostname) => {
   const found = await dnsPromises.lookup(hostname, { all: true, order: 'verbatim' });
@@ -83,20 +102,84 @@ const defaultResolver: Resolver = async (hostname) => {
 
 export function createOutboundClient(options: OutboundOptions): OutboundClient {
   const policy = createAddressPolicy(options.allowCidrs ?? []);
-  const sendOptions: SendOptions = {
-    timeoutMs: options.timeoutMs,
-    maxResponseBytes: options.maxResponseBytes,
-    // Only with an extra CA (tests), at the cost of parsing the roots on each connection.
-    // Production trusts Node's default store, plus NODE_EXTRA_CA_CERTS, loaded once.
-    ca: options.extraCa ? [...tls.getCACertificates('default'), options.extraCa] : undefined,
+  const agent = new ReceiverConnections({
+    keepAlive: true,
+    maxSockets: options.connectionsPerEndpoint ?? DEFAULT_CONNECTIONS_PER_ENDPOINT,
+    timeout: IDLE_CONNECTION_MS,
+    maxAgeMs: options.connectionMaxAgeMs ?? DEFAULT_CONNECTION_MAX_AGE_MS,
+    // Every new connection dials through the guarded lookup: reuse never skips the filter.
     lookup: guardedLookup(options.lookup ?? defaultResolver, policy),
-  };
+    // Built once: a `ca` list per request would parse ~150 roots for every connection.
+    secureContext: tls.createSecureContext(options.extraCa ? { ca: [...tls.getCACertificates('default'), options.extraCa] } : {}),
+  });
+  const sendOptions: SendOptions = { timeoutMs: options.timeoutMs, maxResponseBytes: options.maxResponseBytes, agent };
 
   return {
     async post(url, headers, body, options = {}) {
       return send(parseTarget(url, policy), headers, body, sendOptions, options);
     },
   };
+}
+
+/**
+ * The pool of connections to receivers, keyed by host and port (the trust store and the
+ * address filter are the client's, the same for every connection). Node's Agent closes
+ * idle connections but has no maximum age, so each connection's opening time is kept and
+ * a connection past `maxAgeMs` is closed instead of being pooled or reused: a receiver's
+ * DNS change reaches us, through the filter, within that bound.
+ */
+class ReceiverConnections extends https.Agent {
+  private readonly maxAgeMs: number;
+  private readonly openedAt = new WeakMap<object, number>();
+  private readonly established = new WeakSet<object>();
+
+  constructor(options: https.AgentOptions & { maxAgeMs: number }) {
+    const { maxAgeMs, ...agentOptions } = options;
+    super(agentOptions);
+    this.maxAgeMs = maxAgeMs;
+  }
+
+  override createConnection(...args: Parameters<https.Agent['createConnection']>): ReturnType<https.Agent['createConnection']> {
+    const socket = super.createConnection(...args);
+    if (socket) {
+      this.openedAt.set(socket, performance.now());
+      socket.once('secureConnect', () => this.established.add(socket));
+    }
+    return socket;
+  }
+
+  /**
+   * Calls `ready` once the connection's TLS handshake is done: at once for a connection that
+   * served before. `req.reusedSocket` cannot say so: a request that waited for a free
+   * connection (all `maxSockets` busy) is handed a pooled one without being marked reused.
+   */
+  whenEstablished(socket: Duplex, ready: () => void): void {
+    if (this.established.has(socket)) ready();
+    else socket.once('secureConnect', ready);
+  }
+
+  override keepSocketAlive(socket: Duplex): boolean {
+    if (this.expired(socket)) return false;
+    return super.keepSocketAlive(socket) as unknown as boolean;
+  }
+
+  /** Closes the idle connections past their age, so the next request cannot be given one. */
+  retireExpired(): void {
+    for (const [name, idle] of Object.entries(this.freeSockets)) {
+      const expired = idle?.filter((socket) => this.expired(socket)) ?? [];
+      if (expired.length === 0) continue;
+      for (const socket of expired) socket.destroy();
+      // The Agent hands out the last socket of this list: a destroyed one must leave it now,
+      // not when its 'close' event comes.
+      const live = idle!.filter((socket) => !socket.destroyed);
+      idle!.splice(0, idle!.length, ...live);
+      if (live.length === 0) delete (this.freeSockets as Record<string, unknown>)[name];
+    }
+  }
+
+  private expired(socket: object): boolean {
+    return performance.now() - (this.openedAt.get(socket) ?? 0) >= this.maxAgeMs;
+  }
 }
 
 interface Target {
@@ -175,26 +258,24 @@ async function checkedAddresses(
 interface SendOptions {
   timeoutMs: number;
   maxResponseBytes: number;
-  ca: string[] | undefined;
-  lookup: net.LookupFunction;
+  agent: ReceiverConnections;
 }
 
 function send(target: Target, headers: Record<string, string>, body: string, opts: SendOptions, post: PostOptions): Promise<OutboundResponse> {
   return new Promise<OutboundResponse>((resolvePromise, rejectPromise) => {
-    // A fresh agent per attempt: no pooled socket can skip the lookup filter.
-    const agent = new https.Agent({ keepAlive: false });
     const startedAt = Date.now();
     let dispatched = false;
     let settled = false;
     let timer: NodeJS.Timeout | undefined;
-    const settle = (outcome: () => void) => {
+    // Only a response read to its end leaves the connection to the pool: any other ending
+    // (error, deadline, cancel, refusal, a body cut at the cap) may leave bytes in flight.
+    const settle = (outcome: () => void, responseComplete = false) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
       post.signal?.removeEventListener('abort', onAbort);
       outcome();
-      req.destroy();
-      agent.destroy();
+      if (!responseComplete) req.destroy();
     };
     const fail = (err: unknown) => settle(() => rejectPromise(toOutboundError(err, dispatched)));
     const arm = (ms: number) => {
@@ -210,15 +291,14 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
     }
     post.signal?.addEventListener('abort', onAbort, { once: true });
 
+    opts.agent.retireExpired();
     const req = https.request({
       method: 'POST',
       host: target.host,
       port: target.port,
       path: target.path,
       headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
-      agent,
-      lookup: opts.lookup,
-      ...(opts.ca ? { ca: opts.ca } : {}),
+      agent: opts.agent,
     });
     arm(opts.timeoutMs);
 
@@ -240,14 +320,15 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
       arm(opts.timeoutMs - connectedAfter);
       req.end(body);
     };
-    req.once('socket', (socket) => socket.once('secureConnect', () => void dispatch()));
+    // A pooled connection stands already and will not emit 'secureConnect' again.
+    req.once('socket', (socket) => opts.agent.whenEstablished(socket, () => void dispatch()));
 
     req.on('error', fail);
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       let kept = 0;
       const finish = (truncated: boolean) =>
-        settle(() => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), truncated }));
+        settle(() => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), truncated }), !truncated);
 
       res.on('error', fail);
       res.on('data', (chunk: Buffer) => {
