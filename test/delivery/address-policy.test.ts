@@ -135,7 +135,7 @@ describe('connect-time check on resolved addresses', () => {
     expect(receiver.requests).toHaveLength(0);
   });
 
-  it('resolves again on every attempt, so a name that rebinds to a forbidden address is refused', async () => {
+  it('resolves again for every new connection, so a name that rebinds to a forbidden address is refused once its pooled connection has aged out', async () => {
     // 127.0.0.1 is allow-listed here (it is the receiver); 127.0.0.2 plays the internal target.
     const answers = ['127.0.0.1', '127.0.0.2'];
     const lookup = jest.fn(async () => [{ address: answers.shift() ?? '127.0.0.2', family: 4 as const }]);
@@ -145,6 +145,8 @@ describe('connect-time check on resolved addresses', () => {
       timeoutMs: 2000,
       maxResponseBytes: 1024,
       lookup,
+      // Every connection is past its age by the next post: the second one dials anew.
+      connectionMaxAgeMs: 0,
     });
 
     await expect(client.post(`https://localhost:${port}/first`, {}, '{}')).resolves.toMatchObject({ status: 200 });
