@@ -22,3 +22,9 @@ export async function createUser(
   await em.flush();
   return user;
 }
+
+/** Sets an organization's monthly delivery quota (an operator's decision, enterprise plans only: the caller checks the plan). */
+export async function setMonthlyDeliveryQuota(em: EntityManager, organization: Organization, monthlyDeliveries: number): Promise<void> {
+  organization.monthlyDeliveryQuota = monthlyDeliveries;
+  await em.flush();
+}

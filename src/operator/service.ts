@@ -18,6 +18,7 @@ import {
   type SetKillSwitchRequest,
 } from '../gen/publishing/operator/v1/operator_service_pb';
 import { appendAuditEvent, queryAuditEvents } from '../audit';
+import { setMonthlyDeliveryQuota } from '../auth';
 import { OrganizationSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
 import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type KillSwitchState } from '../delivery';
 import type { EventPublisher } from '../events';
@@ -223,8 +224,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     if (organization.plan !== 'enterprise') {
       throw apiError('NOT_ENTERPRISE', `Quotas are set per organization on the enterprise plan only; this one is on ${organization.plan}.`);
     }
-    organization.monthlyDeliveryQuota = Number(req.monthlyDeliveries);
-    await em.flush();
+    await setMonthlyDeliveryQuota(em, organization, Number(req.monthlyDeliveries));
     return { organizationId: organization.id, monthlyDeliveries: req.monthlyDeliveries };
   }
 
