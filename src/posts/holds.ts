@@ -25,16 +25,7 @@ export async function holdScheduledPosts(em: EntityManager, connectionId: string
     .where('status', '=', 'scheduled')
     .returning(MOVED)
     .execute();
-  await events.record(
-    em,
-    held.map((post) => ({
-      organizationId: post.organization_id,
-      eventId: changeEventId('post.held', post.id, now),
-      eventType: 'post.held',
-      payload: { postId: post.id, connectionId, scheduledAt: new Date(post.scheduledAtMs).toISOString(), holdReason: reason },
-      occurredAt: now,
-    })),
-  );
+  await recordMoves(em, events, 'post.held', held, connectionId, now, { holdReason: reason });
   return held.length;
 }
 
@@ -47,15 +38,28 @@ export async function releaseHeldPosts(em: EntityManager, connectionId: string, 
     .where('status', '=', 'held')
     .returning(MOVED)
     .execute();
+  await recordMoves(em, events, 'post.released', released, connectionId, now, {});
+  return released.length;
+}
+
+/** One event per moved post (README, "Events"), with an id derived from the move. */
+async function recordMoves(
+  em: EntityManager,
+  events: ChangeEvents,
+  type: 'post.held' | 'post.released',
+  posts: { id: string; organization_id: string; scheduledAtMs: number }[],
+  connectionId: string,
+  now: Date,
+  extra: Record<string, string>,
+): Promise<void> {
   await events.record(
     em,
-    released.map((post) => ({
+    posts.map((post) => ({
       organizationId: post.organization_id,
-      eventId: changeEventId('post.released', post.id, now),
-      eventType: 'post.released',
-      payload: { postId: post.id, connectionId, scheduledAt: new Date(post.scheduledAtMs).toISOString() },
+      eventId: changeEventId(type, post.id, now),
+      eventType: type,
+      payload: { postId: post.id, connectionId, scheduledAt: new Date(post.scheduledAtMs).toISOString(), ...extra },
       occurredAt: now,
     })),
   );
-  return released.length;
 }
