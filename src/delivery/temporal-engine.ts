@@ -35,14 +35,20 @@ export interface TemporalDeliveryEngineOptions {
   searchAttributes?: boolean;
 }
 
+/** How long a start may wait for Temporal before the delivery is left to the pending sweep. */
+const START_DEADLINE_MS = 2_000;
+
 /** Runs each delivery as a `deliverWebhook` workflow. */
 export class TemporalDeliveryEngine implements DeliveryEngine {
   constructor(private readonly options: TemporalDeliveryEngineOptions) {}
 
   async start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }> {
     const workflowId = workflowIdFor(ref);
+    // A caller waits for the start (the row is committed already): when Temporal does not
+    // answer quickly, the delivery stays pending for the sweep rather than hold the call.
+    const deadline = Date.now() + START_DEADLINE_MS;
     try {
-      await this.options.client.workflow.start<typeof deliverWebhook>('deliverWebhook', {
+      await this.options.client.connection.withDeadline(deadline, () => this.options.client.workflow.start<typeof deliverWebhook>('deliverWebhook', {
         workflowId,
         taskQueue: this.options.taskQueue,
         args: [ref],
@@ -57,7 +63,7 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
           targetHost: meta.targetHost,
         },
         ...(this.options.searchAttributes && { typedSearchAttributes: searchAttributesFor(ref) }),
-      });
+      }));
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     }

@@ -122,6 +122,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     deliveries: delivery.records,
     engine: delivery.engine,
     allowCidrs: config.delivery.allowCidrs,
+    logger,
     now,
   });
   // Records events and fans them out; the connection and post services record their own in it too.

@@ -14,6 +14,7 @@ import {
   type WebhookService,
 } from '../gen/publishing/v1/webhook_service_pb';
 import { requireCustomer } from '../auth';
+import type { Logger } from '../config';
 import {
   OrganizationSchema,
   WebhookEndpointSchema,
@@ -42,6 +43,7 @@ export interface WebhookServiceDeps {
   engine: DeliveryEngine;
   /** CIDRs exempt from the address check of endpoint URLs (tests only). */
   allowCidrs: string[];
+  logger: Logger;
   now: () => number;
 }
 
@@ -119,10 +121,12 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       return this.deps.deliveries.record(tx, [{ ...ref, eventType: 'webhook.test', payload, workflowId: workflowIdFor(ref) }]);
     });
     if (!delivery) throw new Error('the recorded delivery was not read back');
-    await this.deps.engine.start(
-      { deliveryId: delivery.id, ...ref },
-      { eventType: 'webhook.test', targetHost: new URL(endpoint.url).host },
-    );
+    try {
+      await this.deps.engine.start({ deliveryId: delivery.id, ...ref }, { eventType: 'webhook.test', targetHost: new URL(endpoint.url).host });
+    } catch (error) {
+      // Recorded and pending: the pending sweep starts it once the engine answers (Temporal unreachable, say).
+      this.deps.logger.warn({ err: error, deliveryId: delivery.id }, 'could not start a test delivery; the pending sweep retries it');
+    }
     return { delivery: deliveryMessage(delivery) };
   }
 
