@@ -1,5 +1,7 @@
 /** @type {import('jest').Config} */
 module.exports = {
+  // Most suites wait on PostgreSQL, sockets and timers, not on the CPU: four workers keep two cores busy.
+  maxWorkers: 4,
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
