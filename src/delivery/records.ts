@@ -88,6 +88,7 @@ export interface FannedOutEvent {
 
 /** A delivery of an event, with the URL of its endpoint (engines name the host to operators). */
 export interface EventDelivery extends ListedDelivery {
+  organizationId: string;
   endpointUrl: string;
 }
 
@@ -200,65 +201,110 @@ export class DeliveryRecords {
     );
   }
 
-  /** Active endpoints of the organization subscribed to the event type: how many deliveries a fan-out records. */
-  async subscriberCount(em: EntityManager, organizationId: string, eventType: string): Promise<number> {
-    const row = await subscribers(db(em), organizationId, eventType)
-      .select((eb) => eb.fn.countAll<string>().as('n'))
-      .executeTakeFirstOrThrow();
-    return Number(row.n);
+  /**
+   * Records the deliveries of events to every active endpoint of their organizations
+   * subscribed to their types, in one statement however many events and endpoints there
+   * are. An organization's deliveries, taken in the order of `events` and oldest endpoint
+   * first, are pending and due now up to its `sendable`; the others are recorded failed with
+   * its `refusal` (over the monthly quota, say), so none is silently dropped. A delivery that
+   * exists already for (endpoint, event id) stays as it is and is not returned.
+   *
+   * Returns the deliveries recorded, each event's oldest endpoint first; built from the
+   * insert's own values, so nothing is read back.
+   */
+  async recordForSubscribers(
+    em: EntityManager,
+    events: FannedOutEvent[],
+    options: { sendable: ReadonlyMap<string, number>; refusal: ReadonlyMap<string, string> },
+  ): Promise<EventDelivery[]> {
+    if (events.length === 0) return [];
+    const now = new Date(this.now());
+    const k = db(em);
+    const column = <T>(values: T[], type: string) => sql`${values}::${sql.raw(type)}[]`;
+    // workflowIdFor's id, built in SQL: a uuid's text is unchanged by encodeURIComponent.
+    const fannedOut = sql`unnest(
+      ${column(events.map((e) => e.organizationId), 'uuid')}, ${column(events.map((e) => e.eventId), 'text')},
+      ${column(events.map((e) => e.eventType), 'text')}, ${column(events.map((e) => e.payload), 'text')},
+      ${column(events.map((e) => options.sendable.get(e.organizationId) ?? 0), 'int8')},
+      ${column(events.map((e) => options.refusal.get(e.organizationId) ?? ''), 'text')},
+      ${column(events.map((e) => `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(e.organizationId)}/`), 'text')},
+      ${column(events.map((e) => `/${encodeURIComponent(e.eventId)}`), 'text')}
+    ) with ordinality as v(organization_id, event_id, event_type, payload, sendable, refusal, workflow_head, workflow_tail, i)`;
+    const sendable = sql<boolean>`s.n <= s.sendable`;
+    const rows = await k
+      .with('recorded', (w) =>
+        w
+          .insertInto('webhook_deliveries')
+          .columns(['id', 'organization_id', 'endpoint_id', 'event_id', 'event_type', 'payload', 'status', 'attempt_count', 'next_attempt_at', 'last_error', 'workflow_id', 'created_at', 'updated_at'])
+          .expression(
+            sql`select gen_random_uuid(), s.organization_id, s.endpoint_id, s.event_id, s.event_type, s.payload,
+                       case when ${sendable} then 'pending' else 'failed' end, 0,
+                       case when ${sendable} then ${now}::timestamptz end,
+                       case when ${sendable} then null else s.refusal end,
+                       s.workflow_head || s.endpoint_id::text || s.workflow_tail, ${now}::timestamptz, ${now}::timestamptz
+                  from (select v.*, e.id as endpoint_id,
+                               row_number() over (partition by v.organization_id order by v.i, e.created_at, e.id) as n
+                          from ${fannedOut}
+                          join webhook_endpoints e
+                            on e.organization_id = v.organization_id and e.disabled_at is null and v.event_type = any(e.event_names)) s`,
+          )
+          .onConflict((oc) => oc.columns(['endpoint_id', 'event_id']).doNothing())
+          .returning(['id', 'organization_id', 'endpoint_id', 'event_id', 'status', 'last_error', 'workflow_id']),
+      )
+      .selectFrom('recorded as r')
+      .innerJoin('webhook_endpoints as e', 'e.id', 'r.endpoint_id')
+      .select(['r.id', 'r.organization_id', 'r.endpoint_id', 'r.event_id', 'r.status', 'r.last_error', 'r.workflow_id', 'e.url'])
+      .orderBy('e.created_at')
+      .orderBy('e.id')
+      .execute();
+    const typeOf = new Map(events.map((e) => [`${e.organizationId}/${e.eventId}`, e.eventType]));
+    const at = now.getTime();
+    return rows.map((r) => ({
+      id: r.id,
+      organizationId: r.organization_id,
+      endpointId: r.endpoint_id,
+      eventId: r.event_id,
+      eventType: typeOf.get(`${r.organization_id}/${r.event_id}`)!,
+      status: r.status,
+      attemptCount: 0,
+      nextAttemptAtMs: r.status === 'pending' ? at : null,
+      lastError: r.last_error,
+      lastResponseStatus: null,
+      workflowId: r.workflow_id,
+      deliveredAtMs: null,
+      createdAtMs: at,
+      updatedAtMs: at,
+      endpointUrl: r.url,
+    }));
   }
 
   /**
-   * Records an event's deliveries to every active endpoint of its organization subscribed
-   * to its type in one statement, however many there are. The first `sendable` (oldest
-   * endpoints first) are pending and due now; the others are recorded failed with
-   * `refusal` (over the monthly quota, say), so none is silently dropped. A delivery that
-   * exists already for (endpoint, event id) stays as it is.
+   * Deliveries recorded pending in this transaction that may not be sent after all (the
+   * quota ran out under a concurrent publish): recorded failed with the reason instead.
    */
-  async recordForSubscribers(em: EntityManager, event: FannedOutEvent, options: { sendable: number; refusal: string }): Promise<void> {
-    const now = new Date(this.now());
-    // workflowIdFor's id, built in SQL: a uuid's text is unchanged by encodeURIComponent.
-    const head = `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(event.organizationId)}/`;
-    const tail = `/${encodeURIComponent(event.eventId)}`;
-    const k = db(em);
-    const sendable = sql<boolean>`s.n <= ${options.sendable}`;
-    await k
-      .insertInto('webhook_deliveries')
-      .columns(['id', 'organization_id', 'endpoint_id', 'event_id', 'event_type', 'payload', 'status', 'attempt_count', 'next_attempt_at', 'last_error', 'workflow_id', 'created_at', 'updated_at'])
-      .expression(
-        k
-          .selectFrom(
-            subscribers(k, event.organizationId, event.eventType)
-              .select(['e.id', sql<number>`row_number() over (order by e.created_at, e.id)`.as('n')])
-              .as('s'),
-          )
-          .select([
-            sql<string>`gen_random_uuid()`.as('id'),
-            sql<string>`${event.organizationId}::uuid`.as('organization_id'),
-            's.id as endpoint_id',
-            sql<string>`${event.eventId}::text`.as('event_id'),
-            sql<string>`${event.eventType}::text`.as('event_type'),
-            sql<string>`${event.payload}::text`.as('payload'),
-            sql<DeliveryStatus>`case when ${sendable} then 'pending' else 'failed' end`.as('status'),
-            sql<number>`0`.as('attempt_count'),
-            sql<Date | null>`case when ${sendable} then ${now}::timestamptz end`.as('next_attempt_at'),
-            sql<string | null>`case when ${sendable} then null else ${options.refusal}::text end`.as('last_error'),
-            sql<string>`${head}::text || s.id::text || ${tail}::text`.as('workflow_id'),
-            sql<Date>`${now}::timestamptz`.as('created_at'),
-            sql<Date>`${now}::timestamptz`.as('updated_at'),
-          ]),
-      )
-      .onConflict((oc) => oc.columns(['endpoint_id', 'event_id']).doNothing())
+  async refuse(em: EntityManager, deliveryIds: string[], reason: string): Promise<void> {
+    if (deliveryIds.length === 0) return;
+    await db(em)
+      .updateTable('webhook_deliveries')
+      .set({ status: 'failed', last_error: reason, next_attempt_at: null, updated_at: new Date(this.now()) })
+      .where('id', 'in', deliveryIds)
+      .where('status', '=', 'pending')
       .execute();
   }
 
-  /** Every delivery of one event of an organization, oldest first, with its endpoint's URL. */
-  async listByEvent(em: EntityManager, organizationId: string, eventId: string): Promise<EventDelivery[]> {
+  /** Every delivery of the given events, each event's oldest endpoint first, with its endpoint's URL. */
+  async listByEvents(em: EntityManager, events: { organizationId: string; eventId: string }[]): Promise<EventDelivery[]> {
+    if (events.length === 0) return [];
     return listedQuery(db(em))
       .innerJoin('webhook_endpoints as e', 'e.id', 'w.endpoint_id')
-      .select('e.url as endpointUrl')
-      .where('w.organization_id', '=', organizationId)
-      .where('w.event_id', '=', eventId)
+      .select(['e.url as endpointUrl', 'w.organization_id as organizationId'])
+      .where((eb) =>
+        eb(
+          eb.refTuple('w.organization_id', 'w.event_id'),
+          'in',
+          events.map((e) => eb.tuple(e.organizationId, e.eventId)),
+        ),
+      )
       .orderBy('w.created_at')
       .orderBy('e.created_at')
       .orderBy('w.endpoint_id')
@@ -765,15 +811,6 @@ const listedColumns = [
   epochMs('w.created_at').as('createdAtMs'),
   epochMs('w.updated_at').as('updatedAtMs'),
 ] as const;
-
-/** Active endpoints of an organization whose event names include the type. */
-function subscribers(k: Kysely<Tables>, organizationId: string, eventType: string) {
-  return k
-    .selectFrom('webhook_endpoints as e')
-    .where('e.organization_id', '=', organizationId)
-    .where('e.disabled_at', 'is', null)
-    .where(sql<boolean>`${eventType}::text = any(e.event_names)`);
-}
 
 function listedQuery(k: Kysely<Tables>) {
   return k.selectFrom('webhook_deliveries as w').select(listedColumns);

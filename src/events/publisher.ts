@@ -6,7 +6,7 @@ import type { Logger } from '../config';
 import { isUuid, type EntityManager, type EventSchema, type Organization, type OrganizationSchema } from '../db';
 import type { DeliveryEngine, DeliveryRecords, EventDelivery } from '../delivery';
 import { apiError } from '../errors';
-import { EVENT_NAME_PATTERN, MAX_EVENT_NAME_LENGTH, planIncludesDeliveries, quotaRefusal, takeDeliveryQuotaUpTo } from '../webhooks';
+import { EVENT_NAME_PATTERN, MAX_EVENT_NAME_LENGTH, deliveriesCountedThisMonth, deliveryQuotaLeft, planIncludesDeliveries, quotaRefusalOf, takeDeliveryQuotaUpTo } from '../webhooks';
 
 /** Limits of the contract the README documents (Internal event service). */
 export const MAX_EVENTS_PER_CALL = 100;
@@ -80,15 +80,83 @@ export class EventPublisher {
    * writing anything; a refusal names the event by its index. The deliveries are due at
    * once (the embedded engine finds them by polling); call startDeliveries after the
    * commit so that Temporal starts them without waiting for the pending sweep.
+   *
+   * A constant number of statements, however many events and endpoints: the events in one
+   * insert, the earlier ones (republished) compared in one select, every delivery in one
+   * insert, and last the quota, one statement per organization, so that the lock on its
+   * month's count is held from there to the commit only.
    */
   async publishEvents(tx: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
     const checked = events.map(checkEvent);
-    const organizations = await this.organizations(tx, checked);
-    const published: PublishedEvent[] = [];
-    for (const [index, event] of checked.entries()) {
-      published.push(await this.record(tx, event, organizations.get(event.organizationId)!, publisher, index));
+    const now = new Date(this.deps.now());
+    const organizations = await this.organizations(tx, checked, now);
+    const firstIndex = new Map<string, number>();
+    checked.forEach((event, index) => {
+      if (!firstIndex.has(keyOf(event))) firstIndex.set(keyOf(event), index);
+    });
+    const firsts = [...firstIndex.values()].map((index) => checked[index]!);
+    const inserted = await db(tx)
+      .insertInto('events')
+      .values(
+        firsts.map((event) => ({
+          id: randomUUID(),
+          organization_id: event.organizationId,
+          event_id: event.eventId,
+          event_type: event.eventType,
+          payload: sql`${event.payloadJson}::jsonb`,
+          occurred_at: event.occurredAt ?? now,
+          publisher,
+          skipped_reason: planIncludesDeliveries(organizations.get(event.organizationId)!) ? null : PLAN_EXCLUDES_WEBHOOKS,
+          created_at: now,
+        })),
+      )
+      .onConflict((oc) => oc.columns(['organization_id', 'event_id']).doNothing())
+      .returning(['organization_id', 'event_id'])
+      .execute();
+    const recorded = new Set(inserted.map((row) => `${row.organization_id}/${row.event_id}`));
+    const isNew = (index: number) => recorded.has(keyOf(checked[index]!)) && firstIndex.get(keyOf(checked[index]!)) === index;
+
+    // Each event not recorded by this call is a republish: of an earlier event, or of one earlier in this batch.
+    const existing = await this.recordedBefore(tx, checked, (index) => !isNew(index));
+    for (const [index, row] of existing) {
+      const event = checked[index]!;
+      if (row.eventType !== event.eventType || !row.samePayload) {
+        throw apiError('EVENT_CONFLICT', `Event ${event.eventId} was published before with another type or payload.`, {
+          metadata: { index: String(index), eventId: event.eventId },
+        });
+      }
     }
-    return published;
+
+    const fannedOut = firsts.filter((event) => recorded.has(keyOf(event)) && planIncludesDeliveries(organizations.get(event.organizationId)!));
+    const deliveries = await this.deps.deliveries.recordForSubscribers(
+      tx,
+      fannedOut.map((event) => ({ organizationId: event.organizationId, eventId: event.eventId, eventType: event.eventType, payload: bodyOf(event, now) })),
+      {
+        sendable: new Map([...organizations.values()].map((o) => [o.id, deliveryQuotaLeft(o, o.counted)])),
+        refusal: new Map([...organizations.values()].map((o) => [o.id, quotaRefusalOf(o)])),
+      },
+    );
+    const earlier = [...existing.values()].filter((row) => !recorded.has(keyOf(row)));
+    const deliveriesOf = groupByEvent([...deliveries, ...(await this.deps.deliveries.listByEvents(tx, uniqueEvents(earlier)))]);
+    await this.takeQuota(tx, fannedOut, deliveriesOf, organizations, now);
+
+    return checked.map((event, index) => {
+      const key = keyOf(event);
+      const row = existing.get(index);
+      const base: Omit<PublishedEvent, 'deliveries'> = row
+        ? { ...row, replayed: true }
+        : {
+            organizationId: event.organizationId,
+            eventId: event.eventId,
+            eventType: event.eventType,
+            occurredAt: event.occurredAt ?? now,
+            recordedAt: now,
+            publisher,
+            skippedReason: planIncludesDeliveries(organizations.get(event.organizationId)!) ? null : PLAN_EXCLUDES_WEBHOOKS,
+            replayed: false,
+          };
+      return { ...base, deliveries: deliveriesOf.get(key) ?? [] };
+    });
   }
 
   /** Starts the deliveries these publishes recorded, outside any transaction (Temporal is over the network). */
@@ -114,13 +182,26 @@ export class EventPublisher {
     if (!isUuid(organizationId)) return null;
     const row = await eventColumns(db(em)).where('organization_id', '=', organizationId).where('event_id', '=', eventId).executeTakeFirst();
     if (!row) return null;
-    return { ...eventOf(row, false), deliveries: await this.deps.deliveries.listByEvent(em, organizationId, eventId) };
+    return { ...eventOf(row, false), deliveries: await this.deps.deliveries.listByEvents(em, [{ organizationId, eventId }]) };
   }
 
-  private async organizations(tx: EntityManager, events: CheckedEvent[]): Promise<Map<string, Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'>>> {
+  /** The organizations of the events, with the deliveries counted against their quotas this month (as last committed). */
+  private async organizations(tx: EntityManager, events: CheckedEvent[], now: Date): Promise<Map<string, PublishingOrganization>> {
     const ids = [...new Set(events.map((e) => e.organizationId).filter(isUuid))];
-    const rows = ids.length === 0 ? [] : await db(tx).selectFrom('organizations').select(['id', 'plan', 'monthly_delivery_quota']).where('id', 'in', ids).execute();
-    const found = new Map(rows.map((r) => [r.id, { id: r.id, plan: r.plan, monthlyDeliveryQuota: r.monthly_delivery_quota === null ? null : Number(r.monthly_delivery_quota) }]));
+    const rows =
+      ids.length === 0
+        ? []
+        : await db(tx)
+            .selectFrom('organizations')
+            .select(['id', 'plan', 'monthly_delivery_quota', deliveriesCountedThisMonth(sql.ref('organizations.id'), now).as('counted')])
+            .where('id', 'in', ids)
+            .execute();
+    const found = new Map(
+      rows.map((r) => [
+        r.id,
+        { id: r.id, plan: r.plan, monthlyDeliveryQuota: r.monthly_delivery_quota === null ? null : Number(r.monthly_delivery_quota), counted: Number(r.counted ?? 0) },
+      ]),
+    );
     events.forEach((event, index) => {
       if (!found.has(event.organizationId)) {
         throw apiError('ORGANIZATION_NOT_FOUND', `No organization ${event.organizationId.slice(0, 64)}.`, { metadata: { index: String(index) } });
@@ -129,71 +210,86 @@ export class EventPublisher {
     return found;
   }
 
-  /** One event: a constant number of statements, however many endpoints subscribe. */
-  private async record(
-    tx: EntityManager,
-    event: CheckedEvent,
-    organization: Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'>,
-    publisher: string,
-    index: number,
-  ): Promise<PublishedEvent> {
-    const k = db(tx);
-    const now = new Date(this.deps.now());
-    const occurredAt = event.occurredAt ?? now;
-    const skippedReason = planIncludesDeliveries(organization) ? null : PLAN_EXCLUDES_WEBHOOKS;
-    const inserted = await k
-      .insertInto('events')
-      .values({
-        id: randomUUID(),
-        organization_id: event.organizationId,
-        event_id: event.eventId,
-        event_type: event.eventType,
-        payload: sql`${event.payloadJson}::jsonb`,
-        occurred_at: occurredAt,
-        publisher,
-        skipped_reason: skippedReason,
-        created_at: now,
-      })
-      .onConflict((oc) => oc.columns(['organization_id', 'event_id']).doNothing())
-      .returning('id')
-      .executeTakeFirst();
-
-    if (!inserted) {
-      const existing = await eventColumns(k)
-        .select(sql<boolean>`payload = ${event.payloadJson}::jsonb`.as('samePayload'))
-        .where('organization_id', '=', event.organizationId)
-        .where('event_id', '=', event.eventId)
-        .executeTakeFirstOrThrow();
-      if (existing.event_type !== event.eventType || !existing.samePayload) {
-        throw apiError('EVENT_CONFLICT', `Event ${event.eventId} was published before with another type or payload.`, {
-          metadata: { index: String(index), eventId: event.eventId },
-        });
-      }
-      return { ...eventOf(existing, true), deliveries: await this.deps.deliveries.listByEvent(tx, event.organizationId, event.eventId) };
-    }
-
-    if (skippedReason === null) {
-      const wanted = await this.deps.deliveries.subscriberCount(tx, event.organizationId, event.eventType);
-      const { granted, limit } = await takeDeliveryQuotaUpTo(tx, organization, now, wanted);
-      const body = JSON.stringify({ id: event.eventId, type: event.eventType, createdAt: occurredAt.toISOString(), data: event.payload });
-      await this.deps.deliveries.recordForSubscribers(
-        tx,
-        { organizationId: event.organizationId, eventId: event.eventId, eventType: event.eventType, payload: body },
-        { sendable: granted, refusal: quotaRefusal(limit) },
-      );
-    }
-    return {
-      organizationId: event.organizationId,
-      eventId: event.eventId,
-      eventType: event.eventType,
-      occurredAt,
-      recordedAt: now,
-      publisher,
-      skippedReason,
-      replayed: false,
-      deliveries: skippedReason === null ? await this.deps.deliveries.listByEvent(tx, event.organizationId, event.eventId) : [],
-    };
+  /**
+   * The recorded events among `which` of the batch, by index, each with whether its
+   * payload equals the one given there (as jsonb: key order and spacing do not count).
+   * Sees the events this transaction just inserted too.
+   */
+  private async recordedBefore(tx: EntityManager, events: CheckedEvent[], which: (index: number) => boolean): Promise<Map<number, RecordedEvent>> {
+    const asked = events.map((event, index) => ({ event, index })).filter(({ index }) => which(index));
+    if (asked.length === 0) return new Map();
+    const { rows } = await sql<{ i: string } & EventRow & { samePayload: boolean }>`
+      select c.i, ev.organization_id, ev.event_id, ev.event_type, ev.publisher, ev.skipped_reason,
+             ${epochMs('ev.occurred_at')} as "occurredAtMs", ${epochMs('ev.created_at')} as "recordedAtMs",
+             ev.payload = c.payload as "samePayload"
+        from unnest(${asked.map((a) => a.event.organizationId)}::uuid[], ${asked.map((a) => a.event.eventId)}::text[],
+                    ${asked.map((a) => a.event.payloadJson)}::jsonb[], ${asked.map((a) => a.index)}::int[])
+             as c(organization_id, event_id, payload, i)
+        join events ev on ev.organization_id = c.organization_id and ev.event_id = c.event_id
+       order by c.i`.execute(db(tx));
+    return new Map(rows.map((row) => [Number(row.i), { ...eventOf(row, true), samePayload: row.samePayload }]));
   }
+
+  /**
+   * Counts the pending deliveries just recorded against their organizations' quotas, in the
+   * order they were recorded (events in order, oldest endpoint first), and records those
+   * beyond what was granted failed with the reason: recordForSubscribers made pending only
+   * what the quota had left as last committed, and concurrent publishes may have taken
+   * some of it since. Organizations in a fixed order, so two batches never wait on each other.
+   */
+  private async takeQuota(
+    tx: EntityManager,
+    fannedOut: CheckedEvent[],
+    deliveriesOf: Map<string, EventDelivery[]>,
+    organizations: Map<string, PublishingOrganization>,
+    now: Date,
+  ): Promise<void> {
+    const pending = new Map<string, EventDelivery[]>();
+    for (const event of fannedOut) {
+      for (const delivery of deliveriesOf.get(keyOf(event)) ?? []) {
+        if (delivery.status !== 'pending') continue;
+        const list = pending.get(event.organizationId) ?? [];
+        if (list.length === 0) pending.set(event.organizationId, list);
+        list.push(delivery);
+      }
+    }
+    for (const organizationId of [...pending.keys()].sort()) {
+      const organization = organizations.get(organizationId)!;
+      const wanted = pending.get(organizationId)!;
+      const { granted } = await takeDeliveryQuotaUpTo(tx, organization, now, wanted.length);
+      const refused = wanted.slice(granted);
+      if (refused.length === 0) continue;
+      const reason = quotaRefusalOf(organization);
+      await this.deps.deliveries.refuse(tx, refused.map((d) => d.id), reason);
+      for (const delivery of refused) Object.assign(delivery, { status: 'failed', lastError: reason, nextAttemptAtMs: null });
+    }
+  }
+}
+
+type PublishingOrganization = Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'> & { counted: number };
+
+type RecordedEvent = Omit<PublishedEvent, 'deliveries'> & { samePayload: boolean };
+
+const keyOf = (event: { organizationId: string; eventId: string }) => `${event.organizationId}/${event.eventId}`;
+
+function uniqueEvents(events: { organizationId: string; eventId: string }[]): { organizationId: string; eventId: string }[] {
+  return [...new Map(events.map((e) => [keyOf(e), { organizationId: e.organizationId, eventId: e.eventId }])).values()];
+}
+
+function groupByEvent(deliveries: EventDelivery[]): Map<string, EventDelivery[]> {
+  const byEvent = new Map<string, EventDelivery[]>();
+  for (const delivery of deliveries) {
+    const key = keyOf(delivery);
+    const list = byEvent.get(key);
+    if (list) list.push(delivery);
+    else byEvent.set(key, [delivery]);
+  }
+  return byEvent;
+}
+
+/** The delivered body: the same bytes as JSON.stringify of { id, type, createdAt, data }, without serialising the payload again. */
+function bodyOf(event: CheckedEvent, now: Date): string {
+  return `{"id":${JSON.stringify(event.eventId)},"type":${JSON.stringify(event.eventType)},"createdAt":${JSON.stringify((event.occurredAt ?? now).toISOString())},"data":${event.payloadJson}}`;
 }
 
 interface CheckedEvent extends NewEvent {
@@ -224,24 +320,26 @@ function checkEvent(event: NewEvent, index: number): CheckedEvent {
   return { ...event, payload, payloadJson };
 }
 
+/** Epoch milliseconds, truncated as a JavaScript Date truncates microseconds. */
+const epochMs = (column: string) => sql<number>`floor(extract(epoch from ${sql.ref(column)}) * 1000)::float8`;
+
 function eventColumns(k: Kysely<Tables>) {
   return k
     .selectFrom('events')
-    .select([
-      'organization_id',
-      'event_id',
-      'event_type',
-      'publisher',
-      'skipped_reason',
-      sql<number>`floor(extract(epoch from occurred_at) * 1000)::float8`.as('occurredAtMs'),
-      sql<number>`floor(extract(epoch from created_at) * 1000)::float8`.as('recordedAtMs'),
-    ]);
+    .select(['organization_id', 'event_id', 'event_type', 'publisher', 'skipped_reason', epochMs('occurred_at').as('occurredAtMs'), epochMs('created_at').as('recordedAtMs')]);
 }
 
-function eventOf(
-  row: { organization_id: string; event_id: string; event_type: string; publisher: string; skipped_reason: string | null; occurredAtMs: number; recordedAtMs: number },
-  replayed: boolean,
-): Omit<PublishedEvent, 'deliveries'> {
+interface EventRow {
+  organization_id: string;
+  event_id: string;
+  event_type: string;
+  publisher: string;
+  skipped_reason: string | null;
+  occurredAtMs: number;
+  recordedAtMs: number;
+}
+
+function eventOf(row: EventRow, replayed: boolean): Omit<PublishedEvent, 'deliveries'> {
   return {
     organizationId: row.organization_id,
     eventId: row.event_id,

@@ -1,3 +1,4 @@
+import { sql, type Expression, type RawBuilder } from 'kysely';
 import type { EntityManager, Organization } from '../db';
 import { apiError } from '../errors';
 
@@ -22,17 +23,38 @@ export function planIncludesDeliveries(organization: Pick<Organization, 'plan'>)
   return organization.plan !== 'starter' && organization.plan !== 'agency';
 }
 
-/** Why a delivery over the monthly quota was not sent; stored as its last error. */
-export function quotaRefusal(limit: number): string {
+/** Why a delivery over a monthly quota of `limit` was not sent; stored as its last error. */
+function quotaRefusal(limit: number): string {
   return `The monthly quota of ${limit} webhook deliveries is used up (DELIVERY_QUOTA_EXCEEDED).`;
 }
 
 /**
- * Counts up to `wanted` deliveries against the month's quota and returns how many it
- * counted (fewer when the quota runs out). The first statement locks the month's row
- * until the caller's transaction ends, so concurrent publishes count one after another
- * and never take more than the limit together. Call it in the transaction that records
- * the deliveries, on a plan that includes them.
+ * Deliveries counted against the organization's quota this month, as last committed: SQL
+ * for the caller's statement (the organization id an expression of it), no lock taken.
+ * Within a month the count only grows, so what it leaves is the most that
+ * takeDeliveryQuotaUpTo can grant later in the same transaction.
+ */
+export function deliveriesCountedThisMonth(organizationId: Expression<string>, now: Date): RawBuilder<string | null> {
+  return sql<string | null>`(select u.deliveries from delivery_usage u where u.organization_id = ${organizationId} and u.month = ${monthOf(now)}::date)`;
+}
+
+/** Deliveries the month's quota has left after `counted` (deliveriesCountedThisMonth); 0 on a plan without deliveries. */
+export function deliveryQuotaLeft(organization: Pick<Organization, 'plan' | 'monthlyDeliveryQuota'>, counted: number): number {
+  return planIncludesDeliveries(organization) ? Math.max(0, monthlyLimitOf(organization) - counted) : 0;
+}
+
+/** Why a delivery over the monthly quota of the organization was not sent; stored as its last error. */
+export function quotaRefusalOf(organization: Pick<Organization, 'plan' | 'monthlyDeliveryQuota'>): string {
+  return quotaRefusal(monthlyLimitOf(organization));
+}
+
+/**
+ * Counts up to `wanted` deliveries against the month's quota, in one statement, and returns
+ * how many it counted (fewer when the quota runs out). The statement locks the month's row
+ * until the caller's transaction ends, so concurrent publishes count one after another and
+ * never take more than the limit together: call it last, just before the commit, so the
+ * lock is held for no more than that. Call it in the transaction that records the
+ * deliveries, on a plan that includes them.
  */
 export async function takeDeliveryQuotaUpTo(
   em: EntityManager,
@@ -43,17 +65,31 @@ export async function takeDeliveryQuotaUpTo(
   const limit = monthlyLimitOf(organization);
   if (wanted <= 0 || limit <= 0) return { granted: 0, limit };
   const month = monthOf(now);
-  const [used] = await em.execute<{ deliveries: string }[]>(
-    `insert into delivery_usage (organization_id, month, deliveries) values (?, ?, 0)
-     on conflict (organization_id, month) do update set deliveries = delivery_usage.deliveries
-     returning deliveries`,
-    [organization.id, month],
-  );
-  const granted = Math.max(0, Math.min(wanted, limit - Number(used?.deliveries ?? 0)));
-  if (granted > 0) {
-    await em.execute('update delivery_usage set deliveries = deliveries + ? where organization_id = ? and month = ?', [granted, organization.id, month], 'run');
+  // `locked` waits for a concurrent publish to commit and then reads the row as it left it;
+  // the update computes from that value. A month without a row yet is created with what it
+  // grants; when a concurrent publish created it first, nothing is returned and the
+  // statement runs again, then finding that committed row.
+  for (let run = 1; ; run++) {
+    const [row] = await em.execute<{ granted: string }[]>(
+      `with locked as (
+         select deliveries from delivery_usage where organization_id = ? and month = ? for update
+       ), counted as (
+         update delivery_usage u set deliveries = greatest(l.deliveries, least(?::bigint, l.deliveries + ?::bigint))
+           from locked l
+          where u.organization_id = ? and u.month = ?
+         returning u.deliveries - l.deliveries as granted
+       ), created as (
+         insert into delivery_usage (organization_id, month, deliveries)
+         select ?, ?, least(?::bigint, ?::bigint) where not exists (select 1 from locked)
+         on conflict (organization_id, month) do nothing
+         returning deliveries as granted
+       )
+       select granted from counted union all select granted from created`,
+      [organization.id, month, limit, wanted, organization.id, month, organization.id, month, limit, wanted],
+    );
+    if (row) return { granted: Number(row.granted), limit };
+    if (run === 2) throw new Error(`The delivery quota row of ${organization.id} for ${month} neither exists nor can be created.`);
   }
-  return { granted, limit };
 }
 
 /**

@@ -6,9 +6,11 @@ import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_s
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { loadConfig } from '../../src/config';
 import { workflowIdFor } from '../../src/delivery';
+import { takeDeliveryQuotaUpTo } from '../../src/webhooks';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest, type TransportName } from '../support/clients';
 import { makeTestTls } from '../support/tls';
+import { within } from '../support/within';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 
 const SCHEDULER_TOKEN = 'scheduler-token-0123456789abcdef0123456789';
@@ -212,6 +214,84 @@ describe('plans and quotas', () => {
     const webhooks = (await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: tenant.apiKey })).body.endpoints;
     const test = await rest(t.url, 'POST', `/api/v1/webhooks/${webhooks[0].id}/test`, { apiKey: tenant.apiKey });
     expect(test.body.code).toBe('DELIVERY_QUOTA_EXCEEDED');
+  });
+  async function enterpriseNearQuota(quota: number, counted: number | null, endpoints: number): Promise<Tenant> {
+    const tenant = await t.tenant({ plan: 'enterprise' });
+    await client(OperatorService, t.url, 'grpc', t.config.operatorToken).setDeliveryQuota({ organizationId: tenant.organizationId, monthlyDeliveries: BigInt(quota) });
+    if (counted !== null) {
+      await t.orm.em.fork().execute(
+        `insert into delivery_usage (organization_id, month, deliveries) values (?, date_trunc('month', now() at time zone 'utc')::date, ?)`,
+        [tenant.organizationId, counted],
+      );
+    }
+    for (let i = 0; i < endpoints; i++) await endpoint(tenant, ['post.held']);
+    return tenant;
+  }
+
+  async function countedOf(tenant: Tenant): Promise<number> {
+    const [usage] = await t.orm.em.fork().execute<{ deliveries: string }[]>('select deliveries from delivery_usage where organization_id = ?', [tenant.organizationId]);
+    return Number(usage!.deliveries);
+  }
+
+  it.each([
+    ['with the month counted so far', 15],
+    ['in a month nothing was counted yet', null],
+  ])('grants concurrent publishes %s exactly what the quota has left, never more', async (_, counted) => {
+    const quota = 20;
+    const left = counted === null ? quota : quota - counted;
+    const publishes = Math.ceil(left / 3) + 6;
+    const tenant = await enterpriseNearQuota(quota, counted, 3);
+    const answers = await Promise.all(
+      Array.from({ length: publishes }, () => events().publishEvent({ organizationId: tenant.organizationId, eventId: newEventId(), eventType: 'post.held' })),
+    );
+    const deliveries = answers.flatMap((a) => a.event!.deliveries);
+    expect(deliveries).toHaveLength(publishes * 3);
+    const sent = deliveries.filter((d) => d.status !== 'failed');
+    expect(sent).toHaveLength(left);
+    for (const d of deliveries.filter((d) => d.status === 'failed')) expect(d.lastError).toBe(`The monthly quota of ${quota} webhook deliveries is used up (DELIVERY_QUOTA_EXCEEDED).`);
+    expect(await countedOf(tenant)).toBe(quota);
+    // The answers say what the rows say.
+    const [rows] = await t.orm.em.fork().execute<{ n: string }[]>(`select count(*) as n from webhook_deliveries where organization_id = ? and status <> 'failed'`, [tenant.organizationId]);
+    expect(Number(rows!.n)).toBe(left);
+  });
+
+  it('counts against a month whose count a concurrent publish is creating once that one committed, and no more than is left', async () => {
+    const tenant = await enterpriseNearQuota(5, null, 0);
+    const organization = { id: tenant.organizationId, plan: 'enterprise' as const, monthlyDeliveryQuota: 5 };
+    const now = new Date();
+    let commitFirst!: () => void;
+    const firstMayCommit = new Promise<void>((resolve) => (commitFirst = resolve));
+    let firstTook!: (granted: number) => void;
+    const firstGranted = new Promise<number>((resolve) => (firstTook = resolve));
+    const first = t.orm.em.fork().transactional(async (tx) => {
+      firstTook((await takeDeliveryQuotaUpTo(tx, organization, now, 3)).granted);
+      await firstMayCommit;
+    });
+    expect(await firstGranted).toBe(3);
+    const second = t.orm.em.fork().transactional((tx) => takeDeliveryQuotaUpTo(tx, organization, now, 3));
+    const waits = await within(10_000, async () => {
+      const [row] = await t.orm.em.fork().execute<{ n: number }[]>(
+        `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%delivery_usage%'`,
+      );
+      return row!.n > 0;
+    });
+    expect(waits).toBe(true);
+    commitFirst();
+    await first;
+    expect((await second).granted).toBe(2);
+    expect(await countedOf(tenant)).toBe(5);
+  });
+
+  it('grants the events of a batch in order: the quota runs out within the batch, not before it', async () => {
+    const tenant = await enterpriseNearQuota(10, 7, 2);
+    const batch = [newEventId(), newEventId(), newEventId()].map((eventId) => ({ organizationId: tenant.organizationId, eventId, eventType: 'post.held' }));
+    const { events: published } = await events().publishEvents({ events: [...batch, batch[1]!] });
+    const statuses = published.map((e) => e.deliveries.map((d) => (d.status === 'failed' ? 'failed' : 'sent')));
+    expect(statuses).toEqual([['sent', 'sent'], ['sent', 'failed'], ['failed', 'failed'], ['sent', 'failed']]);
+    // The batch's repeat of its second event is a republish: the same deliveries, nothing recorded twice.
+    expect(published[3]!.replayed).toBe(true);
+    expect(published[3]!.deliveries.map((d) => d.deliveryId)).toEqual(published[1]!.deliveries.map((d) => d.deliveryId));
+    expect(await countedOf(tenant)).toBe(10);
   });
 });
 
