@@ -1,12 +1,20 @@
-import { randomUUID } from 'node:crypto';
 import { sql, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { JsonObject } from '@bufbuild/protobuf';
 import type { Logger } from '../config';
-import { isUuid, type EntityManager, type EventSchema, type Organization, type OrganizationSchema } from '../db';
+import { isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
 import type { DeliveryEngine, DeliveryRecords, EventDelivery } from '../delivery';
 import { apiError } from '../errors';
-import { EVENT_NAME_PATTERN, MAX_EVENT_NAME_LENGTH, deliveriesCountedThisMonth, deliveryQuotaLeft, planIncludesDeliveries, quotaRefusalOf, takeDeliveryQuotaUpTo } from '../webhooks';
+import {
+  EVENT_NAME_PATTERN,
+  MAX_EVENT_NAME_LENGTH,
+  PLANS_WITHOUT_DELIVERIES,
+  deliveriesCountedThisMonth,
+  deliveryQuotaLeft,
+  planIncludesDeliveries,
+  quotaRefusalOf,
+  takeDeliveryQuotaUpTo,
+} from '../webhooks';
 
 /** Limits of the contract the README documents (Internal event service). */
 export const MAX_EVENTS_PER_CALL = 100;
@@ -43,7 +51,7 @@ export interface PublishedEvent {
   deliveries: EventDelivery[];
 }
 
-type Tables = InferKyselyDB<typeof EventSchema | typeof OrganizationSchema>;
+type Tables = InferKyselyDB<typeof EventSchema>;
 
 const db = (em: EntityManager): Kysely<Tables> => em.getKysely<Tables>();
 
@@ -89,31 +97,17 @@ export class EventPublisher {
   async publishEvents(tx: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
     const checked = events.map(checkEvent);
     const now = new Date(this.deps.now());
-    const organizations = await this.organizations(tx, checked, now);
     const firstIndex = new Map<string, number>();
     checked.forEach((event, index) => {
       if (!firstIndex.has(keyOf(event))) firstIndex.set(keyOf(event), index);
     });
     const firsts = [...firstIndex.values()].map((index) => checked[index]!);
-    const inserted = await db(tx)
-      .insertInto('events')
-      .values(
-        firsts.map((event) => ({
-          id: randomUUID(),
-          organization_id: event.organizationId,
-          event_id: event.eventId,
-          event_type: event.eventType,
-          payload: sql`${event.payloadJson}::jsonb`,
-          occurred_at: event.occurredAt ?? now,
-          publisher,
-          skipped_reason: planIncludesDeliveries(organizations.get(event.organizationId)!) ? null : PLAN_EXCLUDES_WEBHOOKS,
-          created_at: now,
-        })),
-      )
-      .onConflict((oc) => oc.columns(['organization_id', 'event_id']).doNothing())
-      .returning(['organization_id', 'event_id'])
-      .execute();
-    const recorded = new Set(inserted.map((row) => `${row.organization_id}/${row.event_id}`));
+    const { organizations, recorded } = await this.recordEvents(tx, firsts, publisher, now);
+    checked.forEach((event, index) => {
+      if (!organizations.has(event.organizationId)) {
+        throw apiError('ORGANIZATION_NOT_FOUND', `No organization ${event.organizationId.slice(0, 64)}.`, { metadata: { index: String(index) } });
+      }
+    });
     const isNew = (index: number) => recorded.has(keyOf(checked[index]!)) && firstIndex.get(keyOf(checked[index]!)) === index;
 
     // Each event not recorded by this call is a republish: of an earlier event, or of one earlier in this batch.
@@ -185,29 +179,49 @@ export class EventPublisher {
     return { ...eventOf(row, false), deliveries: await this.deps.deliveries.listByEvents(em, [{ organizationId, eventId }]) };
   }
 
-  /** The organizations of the events, with the deliveries counted against their quotas this month (as last committed). */
-  private async organizations(tx: EntityManager, events: CheckedEvent[], now: Date): Promise<Map<string, PublishingOrganization>> {
-    const ids = [...new Set(events.map((e) => e.organizationId).filter(isUuid))];
-    const rows =
-      ids.length === 0
-        ? []
-        : await db(tx)
-            .selectFrom('organizations')
-            .select(['id', 'plan', 'monthly_delivery_quota', deliveriesCountedThisMonth(sql.ref('organizations.id'), now).as('counted')])
-            .where('id', 'in', ids)
-            .execute();
-    const found = new Map(
-      rows.map((r) => [
-        r.id,
-        { id: r.id, plan: r.plan, monthlyDeliveryQuota: r.monthly_delivery_quota === null ? null : Number(r.monthly_delivery_quota), counted: Number(r.counted ?? 0) },
-      ]),
-    );
-    events.forEach((event, index) => {
-      if (!found.has(event.organizationId)) {
-        throw apiError('ORGANIZATION_NOT_FOUND', `No organization ${event.organizationId.slice(0, 64)}.`, { metadata: { index: String(index) } });
-      }
-    });
-    return found;
+  /**
+   * Records the events whose organization exists, in one statement that also reads those
+   * organizations with the deliveries counted against their quotas this month (as last
+   * committed). Returns the organizations found and the events recorded now (an event
+   * recorded before is left as it is, and not among them).
+   */
+  private async recordEvents(
+    tx: EntityManager,
+    events: CheckedEvent[],
+    publisher: string,
+    now: Date,
+  ): Promise<{ organizations: Map<string, PublishingOrganization>; recorded: Set<string> }> {
+    const known = events.filter((e) => isUuid(e.organizationId));
+    if (known.length === 0) return { organizations: new Map(), recorded: new Set() };
+    const { rows } = await sql<{ id: string; plan: Plan; monthly_delivery_quota: string | null; counted: string | null; recorded: string[] }>`
+      with organization as (
+        select o.id, o.plan, o.monthly_delivery_quota, ${deliveriesCountedThisMonth(sql.ref('o.id'), now)} as counted
+          from organizations o
+         where o.id = any(${[...new Set(known.map((e) => e.organizationId))]}::uuid[])
+      ), recorded as (
+        insert into events (id, organization_id, event_id, event_type, payload, occurred_at, publisher, skipped_reason, created_at)
+        select gen_random_uuid(), v.organization_id, v.event_id, v.event_type, v.payload::jsonb, v.occurred_at, ${publisher}::text,
+               case when o.plan::text = any(${PLANS_WITHOUT_DELIVERIES}::text[]) then ${PLAN_EXCLUDES_WEBHOOKS}::text end, ${now}::timestamptz
+          from unnest(${known.map((e) => e.organizationId)}::uuid[], ${known.map((e) => e.eventId)}::text[], ${known.map((e) => e.eventType)}::text[],
+                      ${known.map((e) => e.payloadJson)}::text[], ${known.map((e) => e.occurredAt ?? now)}::timestamptz[])
+               with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, i)
+          join organization o on o.id = v.organization_id
+         order by v.i
+        on conflict (organization_id, event_id) do nothing
+        returning organization_id, event_id
+      )
+      select o.id, o.plan, o.monthly_delivery_quota, o.counted,
+             array(select r.event_id from recorded r where r.organization_id = o.id) as recorded
+        from organization o`.execute(db(tx));
+    return {
+      organizations: new Map(
+        rows.map((r) => [
+          r.id,
+          { id: r.id, plan: r.plan, monthlyDeliveryQuota: r.monthly_delivery_quota === null ? null : Number(r.monthly_delivery_quota), counted: Number(r.counted ?? 0) },
+        ]),
+      ),
+      recorded: new Set(rows.flatMap((r) => r.recorded.map((eventId) => keyOf({ organizationId: r.id, eventId })))),
+    };
   }
 
   /**

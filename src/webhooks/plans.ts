@@ -1,5 +1,5 @@
 import { sql, type Expression, type RawBuilder } from 'kysely';
-import type { EntityManager, Organization } from '../db';
+import type { EntityManager, Organization, Plan } from '../db';
 import { apiError } from '../errors';
 
 /** Webhook deliveries per calendar month (UTC) by plan; Enterprise is set per organization. */
@@ -18,9 +18,11 @@ function monthOf(now: Date): string {
   return `${now.toISOString().slice(0, 7)}-01`;
 }
 
-/** Starter and agency include no webhook deliveries at all. */
+/** Plans that include no webhook deliveries at all. */
+export const PLANS_WITHOUT_DELIVERIES: readonly Plan[] = ['starter', 'agency'];
+
 export function planIncludesDeliveries(organization: Pick<Organization, 'plan'>): boolean {
-  return organization.plan !== 'starter' && organization.plan !== 'agency';
+  return !PLANS_WITHOUT_DELIVERIES.includes(organization.plan);
 }
 
 /** Why a delivery over a monthly quota of `limit` was not sent; stored as its last error. */

@@ -14,8 +14,9 @@ const SUBSCRIBERS = 1000;
 
 /**
  * Every statement each pooled connection sends, in order. The statements of one publish
- * are those its transaction sent: from the `begin` before its insert into "events" to the
- * `commit` after it, on that one connection, whatever else the service runs meanwhile.
+ * are those its transaction sent: from the `begin` before the statement that records it
+ * into "events" to the `commit` after it, on that one connection, whatever else the
+ * service runs meanwhile.
  */
 const sent = new Map<PoolClient, { text: string; values: unknown[] }[]>();
 function watch(pool: Pool): void {
@@ -33,7 +34,7 @@ function watch(pool: Pool): void {
 
 function transactionOf(eventId: string): string[] {
   for (const log of sent.values()) {
-    const at = log.findIndex((s) => s.text.startsWith('insert into "events"') && s.values.includes(eventId));
+    const at = log.findIndex((s) => /insert into "?events"?/.test(s.text) && JSON.stringify(s.values).includes(JSON.stringify(eventId)));
     if (at < 0) continue;
     const texts = log.map((s) => s.text);
     const begin = texts.slice(0, at).findLastIndex((text) => /^(begin|start transaction)/i.test(text));
