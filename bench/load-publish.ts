@@ -3,7 +3,7 @@
  * - service: EventService/PublishEvent over gRPC, a new event id per call, to an
  *   organization with `endpoints` subscribed endpoints (one call records that many deliveries);
  * - raw: one pg client per loop, `begin; insert into webhook_deliveries ... select` the same
- *   rows (the same columns, the same JSON body) from the same endpoints; `commit`.
+ *   rows (the same columns, the same JSON body, the same reason) from the same endpoints; `commit`.
  */
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
@@ -19,6 +19,8 @@ interface Input {
   databaseUrl: string;
   organizationId: string;
   eventType: string;
+  /** The last error the service records on a delivery over the quota; the raw side writes it too. */
+  refusal: string;
   loops: number;
   warmupSeconds: number;
 }
@@ -27,7 +29,7 @@ const PAYLOAD = { postId: 'p_bench', connectionId: 'c_bench', scheduledAt: '2026
 
 const RAW_INSERT = `insert into webhook_deliveries
   (id, organization_id, endpoint_id, event_id, event_type, payload, status, attempt_count, next_attempt_at, last_error, workflow_id, created_at, updated_at)
-  select gen_random_uuid(), e.organization_id, e.id, $2::text, $3::text, $4::text, 'failed', 0, null, 'over quota',
+  select gen_random_uuid(), e.organization_id, e.id, $2::text, $3::text, $4::text, 'failed', 0, null, $5::text,
          'webhook-delivery/' || e.organization_id::text || '/' || e.id::text || '/' || $2::text, now(), now()
     from webhook_endpoints e where e.organization_id = $1::uuid and e.disabled_at is null and $3::text = any(e.event_names)`;
 
@@ -55,7 +57,7 @@ runMain(async () => {
       const body = JSON.stringify({ id: eventId, type: spec.eventType, createdAt: new Date().toISOString(), data: PAYLOAD });
       await c.query('begin');
       try {
-        await c.query(RAW_INSERT, [spec.organizationId, eventId, spec.eventType, body]);
+        await c.query(RAW_INSERT, [spec.organizationId, eventId, spec.eventType, body, spec.refusal]);
         await c.query('commit');
       } catch (error) {
         await c.query('rollback').catch(() => undefined);
