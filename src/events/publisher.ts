@@ -85,14 +85,17 @@ export class EventPublisher {
   /**
    * Records the events and their deliveries in the caller's transaction, so an event is
    * stored exactly when the change that caused it is. Validates every event before
-   * writing anything; a refusal names the event by its index. The deliveries are due at
-   * once (the embedded engine finds them by polling); call startDeliveries after the
-   * commit so that Temporal starts them without waiting for the pending sweep.
+   * writing anything; a refusal names the event by its index, and one found while writing
+   * (an unknown organization, a conflicting republish) leaves the transaction to roll back
+   * what was written. The deliveries are due at once (the embedded engine finds them by
+   * polling); call startDeliveries after the commit so that Temporal starts them without
+   * waiting for the pending sweep.
    *
-   * A constant number of statements, however many events and endpoints: the events in one
-   * insert, the earlier ones (republished) compared in one select, every delivery in one
-   * insert, and last the quota, one statement per organization, so that the lock on its
-   * month's count is held from there to the commit only.
+   * A constant number of statements, however many events and endpoints: the organizations
+   * read and the events recorded in one, the republished ones compared in one select, every
+   * delivery in one insert, and last the quota, one statement per organization with
+   * deliveries to send, so that the lock on its month's count is held from there to the
+   * commit only.
    */
   async publishEvents(tx: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
     const checked = events.map(checkEvent);
