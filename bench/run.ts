@@ -1130,6 +1130,7 @@ async function benchPublishFanOut(ctx: Context): Promise<void> {
       ratioLabel: 'ratio',
       goal: '≥ 0.5',
       check: (r) => r >= 0.5,
+      cpu: { value: a.cpuMsPerOp, baseline: b.cpuMsPerOp },
       detail: { service: a, rawPg: b, endpoints: FAN_OUT_ENDPOINTS, connections: CONNECTIONS },
     });
   } catch (error) {
