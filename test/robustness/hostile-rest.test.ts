@@ -414,11 +414,13 @@ const CONNECTABLE = ['instagram', 'facebook', 'linkedin', 'youtube'];
 /** Routes whose calls are audited once the caller is authenticated, refusals included. */
 const AUDITED_ROUTES = ['/api/v1/connections/start', '/api/v1/connections/complete', '/api/v1/connections/{id}/confirm', '/api/v1/connections/{id}/disable', '/api/v1/connections/{connection_id}/release'];
 /**
- * Refusals that are not audited: of a path or method that names no RPC, and of the caller
- * itself (there is no one to record). Every other refusal of an audited route is, the
- * body's included.
+ * Refusals that are not audited: of a path or method that names no RPC, of the caller
+ * itself (there is no one to record), and of bytes the HTTP parser cannot read (no route or
+ * caller is known). Every other refusal of an audited route is, the body's included.
  */
-const BEFORE_AUDIT = new Set(['ROUTE_NOT_FOUND', 'METHOD_NOT_ALLOWED', 'AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED']);
+const BEFORE_AUDIT = new Set([
+  'ROUTE_NOT_FOUND', 'METHOD_NOT_ALLOWED', 'AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED', 'MALFORMED_REQUEST', 'HEADERS_TOO_LARGE', 'REQUEST_TIMEOUT',
+]);
 
 /**
  * The all-scopes caller runs real handlers, so its payloads are made invalid by
