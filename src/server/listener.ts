@@ -80,6 +80,7 @@ export function createListener(
       discardUnreadBody(req, discard);
     } else {
       refusals.track(req, res as http.ServerResponse);
+      if (refusals.refusesVersionless(req, res as http.ServerResponse)) return;
       // Answered, then closed: shutdown does not wait for this connection's next request.
       if (closing) res.setHeader('connection', 'close');
     }

@@ -57,6 +57,29 @@ export class ParserRefusals {
     });
   }
 
+  /**
+   * Refuses a request line without an HTTP version, which Node's parser reads as HTTP/0.9:
+   * in practice a CR or LF inside the target, whose tail the parser then takes for
+   * headers. Node would answer it without Content-Length or chunking, the body ending
+   * only with the connection, which a client reading HTTP/1.1 takes for an empty body.
+   * Returns whether it answered.
+   */
+  refusesVersionless(req: http.IncomingMessage, res: http.ServerResponse): boolean {
+    if (req.httpVersionMajor >= 1) return false;
+    const requestId = requestIdFrom(null);
+    const body = JSON.stringify(errorBody('MALFORMED_REQUEST', MESSAGES.MALFORMED_REQUEST!, requestId));
+    this.logger?.info({ requestId, code: 'MALFORMED_REQUEST', reason: 'no HTTP version' }, 'request refused by the HTTP/1.1 parser');
+    req.resume();
+    res.writeHead(httpStatusOf('MALFORMED_REQUEST'), {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      'x-request-id': requestId,
+      connection: 'close',
+    });
+    res.end(body);
+    return true;
+  }
+
   /** The HTTP/1.1 server's 'clientError': the parser (or a deadline) refused the connection's next request. */
   readonly refuse = (error: NodeJS.ErrnoException, socket: net.Socket): void => {
     if (this.refused.has(socket)) return;

@@ -129,6 +129,8 @@ describe('a request the HTTP/1.1 parser refuses', () => {
   });
 
   it.each([
+    ['a raw CR LF', 'GET /api/v1/connections?x=\r\nX-Injected: 1 HTTP/1.1\r\nHost: x\r\n\r\n'],
+    ['a raw LF', 'GET /api/v1/connections?x=\nX-Injected: 1 HTTP/1.1\r\nHost: x\r\n\r\n'],
     ['a control character', 'GET /api/v1/conn\u0001ections HTTP/1.1\r\nHost: x\r\n\r\n'],
     ['a space', 'GET /api/v1/connections x HTTP/1.1\r\nHost: x\r\n\r\n'],
   ])('is answered 400 MALFORMED_REQUEST when its target holds %s', async (_, request) => {
