@@ -67,7 +67,7 @@ export class ParserRefusals {
   refusesVersionless(req: http.IncomingMessage, res: http.ServerResponse): boolean {
     if (req.httpVersionMajor >= 1) return false;
     const requestId = requestIdFrom(null);
-    const body = JSON.stringify(errorBody('MALFORMED_REQUEST', MESSAGES.MALFORMED_REQUEST!, requestId));
+    const body = JSON.stringify(errorBody('MALFORMED_REQUEST', MESSAGES.MALFORMED_REQUEST, requestId));
     this.logger?.info({ requestId, code: 'MALFORMED_REQUEST', reason: 'no HTTP version' }, 'request refused by the HTTP/1.1 parser');
     req.resume();
     res.writeHead(httpStatusOf('MALFORMED_REQUEST'), {
@@ -118,7 +118,10 @@ export class ParserRefusals {
   }
 }
 
-function codeOf(error: NodeJS.ErrnoException): ErrorCode {
+/** The codes of what the parser refuses. */
+type ParserRefusal = Extract<ErrorCode, 'MALFORMED_REQUEST' | 'HEADERS_TOO_LARGE' | 'PAYLOAD_TOO_LARGE' | 'REQUEST_TIMEOUT'>;
+
+function codeOf(error: NodeJS.ErrnoException): ParserRefusal {
   switch (error.code) {
     case 'HPE_HEADER_OVERFLOW':
       return 'HEADERS_TOO_LARGE';
@@ -131,7 +134,7 @@ function codeOf(error: NodeJS.ErrnoException): ErrorCode {
   }
 }
 
-const MESSAGES: Partial<Record<ErrorCode, string>> = {
+const MESSAGES: Record<ParserRefusal, string> = {
   MALFORMED_REQUEST: 'The request is not valid HTTP/1.1: its request line (method, target, version) or a header could not be read.',
   HEADERS_TOO_LARGE: `The request line and headers exceed ${Math.floor(http.maxHeaderSize / 1024)} KiB.`,
   PAYLOAD_TOO_LARGE: `The chunk extensions of the request body exceed ${Math.floor(http.maxHeaderSize / 1024)} KiB.`,
@@ -139,9 +142,9 @@ const MESSAGES: Partial<Record<ErrorCode, string>> = {
 };
 
 /** The whole refusal as bytes: written straight to the socket, as no response object exists for it. */
-function refusalBytes(code: ErrorCode, requestId: string): Buffer {
+function refusalBytes(code: ParserRefusal, requestId: string): Buffer {
   const status = httpStatusOf(code);
-  const body = JSON.stringify(errorBody(code, MESSAGES[code] ?? code, requestId));
+  const body = JSON.stringify(errorBody(code, MESSAGES[code], requestId));
   const head = [
     `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}`,
     'content-type: application/json',

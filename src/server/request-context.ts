@@ -155,12 +155,12 @@ export function createRequestGate(options: RequestGateOptions): (ctx: HandlerCon
 
 /**
  * Every protocol hands the error it is about to write to the context's `abort` first. The
- * abort listener above hears only the first abort: when a call's own deadline passes while
+ * gate's abort listener hears only the first abort: when a call's own deadline passes while
  * its body is still being read, the listener codes the deadline, and the decoding error
  * that follows would be written as the protocol raised it, without ErrorInfo or request id.
  * Such an error is made to say what was decided when the signal fired (the deadline's
- * refusal, or the caller's), as the gate does for a decoding that fails after it; an error
- * that carries no such decision gets its own stable code.
+ * refusal, already audited, or the caller's), the rule the gate follows when the signal
+ * fires during authentication; one that follows no coded decision gets its own code.
  */
 function codeLateDecodingErrors(ctx: HandlerContext & { abort?: (reason?: unknown) => void }, requestId: string): void {
   const abort = ctx.abort;
