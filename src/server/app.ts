@@ -70,7 +70,7 @@ export async function build(options: BuildOptions): Promise<BuiltApp> {
 export async function start(options: BuildOptions): Promise<App> {
   const app = await build(options);
   const { config, logger, orm, publicUrl, delivery } = app.deps;
-  const listener = createListener(app.handler);
+  const listener = createListener(app.handler, { logger });
   await new Promise<void>((resolve, reject) => {
     listener.server.once('error', reject);
     listener.server.listen(config.port, config.host, () => resolve());

@@ -276,10 +276,15 @@ export function sendError(
   metadata: Record<string, string> = {},
 ): void {
   if (res.headersSent) return void res.end();
+  res.setHeader('x-request-id', requestId);
+  writeJson(res, httpStatusOf(code), JSON.stringify(errorBody(code, message, requestId, metadata)));
+}
+
+/** The JSON error every REST-style refusal carries. */
+export function errorBody(code: ErrorCode, message: string, requestId: string, metadata: Record<string, string> = {}): Record<string, unknown> {
   const body: Record<string, unknown> = { code, message, requestId };
   if (Object.keys(metadata).length > 0) body.details = metadata;
-  res.setHeader('x-request-id', requestId);
-  writeJson(res, httpStatusOf(code), JSON.stringify(body));
+  return body;
 }
 
 /** Writes a response on either HTTP version (their compat APIs differ only in types). */

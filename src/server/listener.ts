@@ -2,6 +2,8 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { Duplex } from 'node:stream';
+import type { Logger } from '../config';
+import { ParserRefusals } from './parser-refusals';
 
 export type RequestHandler = (
   req: http.IncomingMessage | http2.Http2ServerRequest,
@@ -50,11 +52,12 @@ const H1_CHECK_INTERVAL_MS = 1_000;
  * No connection is held open by a client that does not finish asking: one that has not
  * completed its preface or first request head within `headMs` is closed, whatever it
  * sent, and a request body not complete `bodyMs` after its head is cut off (HTTP/1.1:
- * Node's 408; HTTP/2: the stream is cancelled).
+ * 408 REQUEST_TIMEOUT; HTTP/2: the stream is cancelled). What Node's HTTP/1.1 parser
+ * refuses is answered with a coded error too (see ParserRefusals).
  */
 export function createListener(
   handler: RequestHandler,
-  options: { discard?: Partial<DiscardLimits>; arrival?: Partial<ArrivalLimits> } = {},
+  options: { discard?: Partial<DiscardLimits>; arrival?: Partial<ArrivalLimits>; logger?: Logger } = {},
 ): Listener {
   const discard = { ...DISCARD_LIMITS, ...options.discard };
   const arrival = { ...ARRIVAL_LIMITS, ...options.arrival };
@@ -62,6 +65,7 @@ export function createListener(
   /** HTTP/1.1 connections that have had a request, and those with one in progress. */
   const served = new WeakSet<object>();
   const busy = new Map<object, number>();
+  const refusals = new ParserRefusals(options.logger);
   const tracked: RequestHandler = (req, res) => {
     const socket = req.socket;
     served.add(socket);
@@ -74,9 +78,11 @@ export function createListener(
     if (req instanceof http2.Http2ServerRequest) {
       bodyDeadline(req, arrival.bodyMs);
       discardUnreadBody(req, discard);
-    } else if (closing) {
+    } else {
+      refusals.track(req, res as http.ServerResponse);
+      if (refusals.refusesVersionless(req, res as http.ServerResponse)) return;
       // Answered, then closed: shutdown does not wait for this connection's next request.
-      res.setHeader('connection', 'close');
+      if (closing) res.setHeader('connection', 'close');
     }
     handler(req, res);
   };
@@ -90,6 +96,7 @@ export function createListener(
     },
     tracked,
   );
+  h1.on('clientError', refusals.refuse);
   const h2 = http2.createServer({}, tracked);
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on('session', (session) => {

@@ -129,6 +129,7 @@ export function createRequestGate(options: RequestGateOptions): (ctx: HandlerCon
       },
       { once: true },
     );
+    codeLateDecodingErrors(ctx, requestId);
     const call = { requestId, procedure, logger, clientGone: ctx.values.get(clientGoneKey) };
     try {
       try {
@@ -149,6 +150,29 @@ export function createRequestGate(options: RequestGateOptions): (ctx: HandlerCon
     } catch (error) {
       throw callError(error, call);
     }
+  };
+}
+
+/**
+ * Every protocol hands the error it is about to write to the context's `abort` first. The
+ * gate's abort listener hears only the first abort: when a call's own deadline passes while
+ * its body is still being read, the listener codes the deadline, and the decoding error
+ * that follows would be written as the protocol raised it, without ErrorInfo or request id.
+ * Such an error is made to say what was decided when the signal fired (the deadline's
+ * refusal, already audited, or the caller's), the rule the gate follows when the signal
+ * fires during authentication; one that follows no coded decision gets its own code.
+ */
+function codeLateDecodingErrors(ctx: HandlerContext & { abort?: (reason?: unknown) => void }, requestId: string): void {
+  const abort = ctx.abort;
+  if (!abort) return;
+  ctx.abort = (reason?: unknown) => {
+    if (ctx.signal.aborted && reason instanceof ConnectError && !errorInfoOf(reason) && !ctx.values.get(interceptedKey)) {
+      const decided: unknown = ctx.signal.reason;
+      if (decided instanceof ConnectError && decided !== reason && errorInfoOf(decided)) replaceWith(reason, decided);
+      else asRefusal(reason, ctx.method.input.typeName);
+      reason.metadata.set('x-request-id', requestId);
+    }
+    abort.call(ctx, reason);
   };
 }
 

@@ -414,11 +414,13 @@ const CONNECTABLE = ['instagram', 'facebook', 'linkedin', 'youtube'];
 /** Routes whose calls are audited once the caller is authenticated, refusals included. */
 const AUDITED_ROUTES = ['/api/v1/connections/start', '/api/v1/connections/complete', '/api/v1/connections/{id}/confirm', '/api/v1/connections/{id}/disable', '/api/v1/connections/{connection_id}/release'];
 /**
- * Refusals that are not audited: of a path or method that names no RPC, and of the caller
- * itself (there is no one to record). Every other refusal of an audited route is, the
- * body's included.
+ * Refusals that are not audited: of a path or method that names no RPC, of the caller
+ * itself (there is no one to record), and of bytes the HTTP parser cannot read (no route or
+ * caller is known). Every other refusal of an audited route is, the body's included.
  */
-const BEFORE_AUDIT = new Set(['ROUTE_NOT_FOUND', 'METHOD_NOT_ALLOWED', 'AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED']);
+const BEFORE_AUDIT = new Set([
+  'ROUTE_NOT_FOUND', 'METHOD_NOT_ALLOWED', 'AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED', 'MALFORMED_REQUEST', 'HEADERS_TOO_LARGE', 'REQUEST_TIMEOUT',
+]);
 
 /**
  * The all-scopes caller runs real handlers, so its payloads are made invalid by
@@ -485,7 +487,7 @@ interface Wire {
   key: CallerName | null;
   request: Buffer;
   h2: { headers: http2.OutgoingHttpHeaders; body: Buffer } | null;
-  /** Node's HTTP parser refuses it (control characters, oversized head, unknown method, broken chunking) before the service sees it. */
+  /** Node's HTTP parser refuses it (control characters, oversized head, unknown method, broken chunking) before any route sees it. */
   malformedHttp: boolean;
   bodyBytes: number;
 }
@@ -581,19 +583,35 @@ function toWire(spec: CaseSpec): Wire {
 
 function problemWith(wire: Wire, response: RawResponse): string | null {
   const { spec } = wire;
-  if (response.incomplete) {
-    // Node's parser may close a connection it cannot parse; nothing else may go unanswered.
-    return wire.malformedHttp ? null : `no answer: ${response.error ?? 'incomplete response'}`;
-  }
+  // Bytes that are not an HTTP/1.1 request are refused like any other request: answered, with a code.
+  if (response.incomplete) return `no answer: ${response.error ?? 'incomplete response'}`;
   if (response.status >= 500) return `server fault ${response.status}: ${response.body.toString('utf8').slice(0, 200)}`;
   if (response.status < 400) {
     const isRead = spec.method === 'GET' && (spec.route?.reads ?? true);
     return isRead ? null : `a hostile ${spec.method} ${spec.path.slice(0, 80)} succeeded with ${response.status}`;
   }
-  // Bytes that are not an HTTP/1.1 request are the HTTP parser's to refuse, in its own way.
-  if (wire.malformedHttp) return null;
-  if (spec.method === 'HEAD') return response.headers['content-type']?.[0]?.startsWith('application/json') ? null : 'HEAD refusal is not JSON';
+  return codeProblem(spec, response);
+}
+
+/**
+ * Problems with the code and request id of a refusal. An answer to HEAD has no body, so its
+ * headers say it (the parser's refusals come before the method is known, and have one).
+ */
+function codeProblem(spec: CaseSpec, response: RawResponse): string | null {
+  if (spec.method === 'HEAD' && response.body.length === 0) {
+    if (!response.headers['content-type']?.[0]?.startsWith('application/json')) return 'HEAD refusal is not JSON';
+    return response.headers['x-request-id']?.[0] ? null : 'HEAD refusal without x-request-id';
+  }
   return restErrorProblem(response);
+}
+
+/** The stable code of a JSON error answer, or ''. */
+function codeOf(response: RawResponse): string {
+  try {
+    return (JSON.parse(response.body.toString('utf8')) as { code?: string }).code ?? '';
+  } catch {
+    return '';
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -615,6 +633,7 @@ it(
     const audited: { requestId: string; code: string }[] = [];
     let overHttp2 = 0;
     let parserRefusals = 0;
+    const perTransport: Record<string, { requests: number; serverFaults: number; uncoded: number }> = {};
     let hugeBodies = 0;
 
     const session = http2.connect(t.url);
@@ -637,14 +656,14 @@ it(
           response = await rawHttp1(t.url, wire.request);
         }
         if (wire.bodyBytes >= 60_000) hugeBodies++;
-        if (wire.malformedHttp && response.body.length === 0) parserRefusals++;
         byKind.set(spec.kind, (byKind.get(spec.kind) ?? 0) + 1);
-        let code = '';
-        try {
-          code = (JSON.parse(response.body.toString('utf8')) as { code?: string }).code ?? '';
-        } catch {
-          // not JSON; judged below
-        }
+        const code = codeOf(response);
+        const over = wire.h2 ? 'h2c' : 'HTTP/1.1';
+        const tally = (perTransport[over] ??= { requests: 0, serverFaults: 0, uncoded: 0 });
+        tally.requests++;
+        if (response.status >= 500) tally.serverFaults++;
+        if (response.incomplete || (response.status >= 300 && codeProblem(spec, response) !== null)) tally.uncoded++;
+        if (wire.malformedHttp && /^(MALFORMED_REQUEST|HEADERS_TOO_LARGE|REQUEST_TIMEOUT)$/.test(code)) parserRefusals++;
         const label = `${response.status}${code ? ` ${code}` : ''}`;
         if (spec.route && AUDITED_ROUTES.includes(spec.route.template) && spec.route.verb === spec.method && code && !BEFORE_AUDIT.has(code)) {
           audited.push({ requestId: response.headers['x-request-id']?.[0] ?? '', code });
@@ -673,6 +692,7 @@ it(
       [
         `hostile REST: ${specs.length} requests generated (seed ${seed}; ${overHttp2} over h2c, ${hugeBodies} bodies of 60 KB to 2 MiB, ${parserRefusals} refused by the HTTP parser)`,
         `by kind: ${JSON.stringify(Object.fromEntries(byKind))}`,
+        `by transport (requests, 5xx, non-2xx answers without a code and request id): ${JSON.stringify(perTransport)}`,
         `answers: ${JSON.stringify(Object.fromEntries([...statuses].sort((x, y) => y[1] - x[1])))}`,
         `audit events added: ${audit.length} (${audit.filter((e) => e.outcome === 'succeeded').length} succeeded); audited refusals checked: ${audited.length}, missing: ${unaudited.length}`,
         `failures: ${failures.length}`,

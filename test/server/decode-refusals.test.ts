@@ -4,16 +4,26 @@
  * any body is decoded; and an audited action refused for its body is in the audit trail,
  * on every transport, before the refusal is answered.
  */
+import http from 'node:http';
 import http2 from 'node:http2';
 import { Code } from '@connectrpc/connect';
+import { createLogger } from '../../src/config';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { errorInfoFromConnectJson, grpcStatusOf, http1Request, rawH2, rawHttp1 } from '../robustness/support';
 
 let t: TestApp;
 let tenant: Tenant;
+/** Who waits for a log line of the service. */
+const logWaiters = new Set<(line: { msg?: string; requestId?: string; code?: string }) => void>();
 beforeAll(async () => {
-  t = await startTestApp();
+  const logger = createLogger('info', {
+    write(line: string) {
+      const entry = JSON.parse(line) as { msg?: string; requestId?: string; code?: string };
+      for (const waiter of logWaiters) waiter(entry);
+    },
+  });
+  t = await startTestApp({}, { logger });
   tenant = await t.tenant();
 });
 afterAll(async () => {
@@ -182,5 +192,93 @@ describe('a request to an RPC path that no protocol takes', () => {
   it('answers a bidirectional stream over HTTP/1.1 400 INVALID_ARGUMENT, not 505', async () => {
     const reflection = '/grpc.reflection.v1.ServerReflection/ServerReflectionInfo';
     expect(await refusal('POST', reflection, [['Content-Type', 'application/grpc-web+proto']], 'no-protocol-505')).toMatchObject({ status: 400, code: 'INVALID_ARGUMENT', requestId: 'no-protocol-505' });
+  });
+});
+
+/** Resolves once the service has refused the call `requestId` for its passed deadline, its body still unread. */
+function deadlinePassed(requestId: string): Promise<void> {
+  return new Promise((resolve) => {
+    const waiter = (line: { msg?: string; requestId?: string; code?: string }) => {
+      if (line.requestId !== requestId || line.code !== 'DEADLINE_EXCEEDED' || line.msg !== 'call refused before decoding') return;
+      logWaiters.delete(waiter);
+      resolve();
+    };
+    logWaiters.add(waiter);
+  });
+}
+
+/** An HTTP/1.1 call whose head goes out at once and whose body only once its deadline has passed. */
+async function http1CallBodyAfterDeadline(headers: Record<string, string>, body: Buffer, requestId: string): Promise<{ status: number; headers: Record<string, string>; body: Buffer }> {
+  const passed = deadlinePassed(requestId);
+  const url = new URL(t.url);
+  const req = http.request({ host: url.hostname, port: url.port, method: 'POST', path: CONFIRM, headers: { ...headers, 'x-request-id': requestId, authorization: `Bearer ${tenant.apiKey}`, 'content-length': String(body.length) } });
+  const answer = new Promise<{ status: number; headers: Record<string, string>; body: Buffer }>((resolve, reject) => {
+    req.once('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.once('end', () => resolve({ status: res.statusCode ?? 0, headers: Object.fromEntries(Object.entries(res.headers).map(([n, v]) => [n, String(v)])), body: Buffer.concat(chunks) }));
+    });
+    req.once('error', reject);
+  });
+  req.flushHeaders();
+  await passed;
+  req.end(body);
+  return answer;
+}
+
+describe('a call whose own deadline passes while its body is read, and whose body then cannot be decoded', () => {
+  // The caller's key is looked up once beforehand, so the gate is through long before the deadline.
+  beforeAll(async () => {
+    await grpcCall(envelope(UNDECODABLE), 'deadline-warm-up', tenant.apiKey);
+  });
+
+  it('is refused DeadlineExceeded with DEADLINE_EXCEEDED and the request id over gRPC', async () => {
+    const requestId = 'deadline-then-bad-body-grpc';
+    const passed = deadlinePassed(requestId);
+    const session = http2.connect(t.url);
+    try {
+      const stream = session.request({
+        ':method': 'POST', ':path': CONFIRM, 'content-type': 'application/grpc', te: 'trailers', 'grpc-timeout': '200m', 'x-request-id': requestId, authorization: `Bearer ${tenant.apiKey}`,
+      });
+      const fields: Record<string, string> = {};
+      const closed = new Promise<void>((resolve) => stream.once('close', resolve));
+      stream.on('response', (headers) => Object.assign(fields, headers));
+      stream.on('trailers', (trailers) => Object.assign(fields, trailers));
+      stream.on('error', () => undefined);
+      stream.resume();
+      await passed;
+      stream.end(envelope(UNDECODABLE));
+      await closed;
+      const status = grpcStatusOf(fields);
+      if (status === null || status === 'missing') throw new Error(`no refusal: ${String(status)}`);
+      expect({ code: Code[status.code], reason: status.info?.reason, requestId: fields['x-request-id'] }).toEqual({ code: 'DeadlineExceeded', reason: 'DEADLINE_EXCEEDED', requestId });
+    } finally {
+      session.close();
+    }
+  });
+
+  it('is refused DeadlineExceeded with DEADLINE_EXCEEDED and the request id over gRPC-web', async () => {
+    const requestId = 'deadline-then-bad-body-web';
+    const answer = await http1CallBodyAfterDeadline({ 'content-type': 'application/grpc-web+proto', 'grpc-timeout': '200m' }, envelope(UNDECODABLE), requestId);
+    const status = grpcStatusOf({ ...answer.headers, ...grpcWebTrailers(answer.body) });
+    if (status === null || status === 'missing') throw new Error(`no refusal: ${String(status)}`);
+    expect({ code: Code[status.code], reason: status.info?.reason, requestId: grpcWebTrailers(answer.body)['x-request-id'] ?? answer.headers['x-request-id'] }).toEqual({
+      code: 'DeadlineExceeded',
+      reason: 'DEADLINE_EXCEEDED',
+      requestId,
+    });
+  });
+
+  it('is refused deadline_exceeded with DEADLINE_EXCEEDED and the request id over Connect', async () => {
+    const requestId = 'deadline-then-bad-body-connect';
+    const answer = await http1CallBodyAfterDeadline({ 'content-type': 'application/proto', 'connect-timeout-ms': '200' }, UNDECODABLE, requestId);
+    const parsed = JSON.parse(answer.body.toString('utf8')) as { code: string; details?: { type?: string; value?: string }[] };
+    // The Connect protocol carries deadline_exceeded as HTTP 504, the catalog's status for DEADLINE_EXCEEDED.
+    expect({ status: answer.status, code: parsed.code, reason: errorInfoFromConnectJson(parsed)?.reason, requestId: answer.headers['x-request-id'] }).toEqual({
+      status: 504,
+      code: 'deadline_exceeded',
+      reason: 'DEADLINE_EXCEEDED',
+      requestId,
+    });
   });
 });

@@ -61,12 +61,15 @@ describe('a client that does not finish asking', () => {
     await sendAndAwaitClose(H2_PREFACE);
   });
 
-  it('is answered 408 and closed when its HTTP/1.1 request head stalls', async () => {
-    expect(await sendAndAwaitClose(Buffer.from('GET / HTTP/1.1\r\nHost: x\r\nX-Slow: '))).toMatch(/^HTTP\/1\.1 408/);
+  /** A 408 REQUEST_TIMEOUT refusal with its request id in the body and the header. */
+  const REQUEST_TIMEOUT = /^HTTP\/1\.1 408 [^\r]*\r\n[\s\S]*x-request-id: ([0-9a-f-]{36})\r\n[\s\S]*\r\n\r\n\{"code":"REQUEST_TIMEOUT","message":"[^"]+","requestId":"\1"\}$/;
+
+  it('is answered 408 REQUEST_TIMEOUT and closed when its HTTP/1.1 request head stalls', async () => {
+    expect(await sendAndAwaitClose(Buffer.from('GET / HTTP/1.1\r\nHost: x\r\nX-Slow: '))).toMatch(REQUEST_TIMEOUT);
   });
 
-  it('is answered 408 and closed when its HTTP/1.1 body stalls', async () => {
-    expect(await sendAndAwaitClose(Buffer.from('POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{'))).toMatch(/^HTTP\/1\.1 408/);
+  it('is answered 408 REQUEST_TIMEOUT and closed when its HTTP/1.1 body stalls', async () => {
+    expect(await sendAndAwaitClose(Buffer.from('POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{'))).toMatch(REQUEST_TIMEOUT);
   });
 
   it('has its HTTP/2 stream cancelled when the body stalls', async () => {
