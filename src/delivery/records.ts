@@ -111,6 +111,21 @@ export type AttemptStart =
   /** An attempt of a worker that died after sending was closed as failed; the next one is due then. */
   | { kind: 'wait'; until: Date; sent: number };
 
+/** What beginAttempt's statement decided, before the rows it wrote. */
+type AttemptDecision =
+  | 'delivered'
+  | 'failed'
+  | 'dead_lettered'
+  | 'takeover'
+  | 'endpoint_missing'
+  | 'endpoint_disabled'
+  | 'exhausted'
+  | 'held'
+  | 'send';
+
+const ENDPOINT_MISSING = 'The endpoint no longer exists.';
+const ENDPOINT_DISABLED = 'The endpoint is disabled.';
+
 /** What recordOutcome wrote. */
 export type RecordedOutcome =
   | { kind: 'delivered'; sent: number }
@@ -353,8 +368,129 @@ export class DeliveryRecords {
    * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
    * switch holds it without using an attempt; otherwise the next attempt row is written
    * (or the one a dead worker wrote but never sent is taken over) and the caller sends.
+   *
+   * One statement decides and writes, so the common path costs one round trip. It reads
+   * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
+   * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
+   * unfinished, the rare takeover runs as a transaction, each step seeing the latest rows.
    */
   async beginAttempt(em: EntityManager, ref: DeliveryRef): Promise<AttemptStart> {
+    const now = new Date(this.now());
+    const k = db(em);
+    const row = await k
+      .with('locked', (w) =>
+        w
+          .selectFrom('webhook_deliveries as d')
+          .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
+          .select([
+            'd.id',
+            'd.status',
+            'd.attempt_count',
+            'd.last_response_status',
+            'd.payload',
+            'e.id as endpoint_id',
+            'e.url',
+            'e.secret_key_id',
+            'e.secret_ciphertext',
+          ])
+          .select((eb) =>
+            sql<AttemptDecision>`case
+              when d.status in ('delivered', 'failed', 'dead_lettered') then d.status::text
+              when d.xmin::text <> (select s.xmin::text from webhook_deliveries s where s.id = d.id) then 'takeover'
+              when exists (select 1 from delivery_attempts a where a.delivery_id = d.id and a.finished_at is null and a.dispatched_at is not null) then 'takeover'
+              when e.id is null then 'endpoint_missing'
+              when e.disabled_at is not null then 'endpoint_disabled'
+              when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
+              when ${stoppedBy(eb.ref('d.organization_id'))} then 'held'
+              else 'send'
+            end`.as('decision'),
+          )
+          .where('d.id', '=', ref.deliveryId)
+          .where('d.organization_id', '=', ref.organizationId)
+          .forUpdate('d'),
+      )
+      .with('failed', (w) =>
+        w
+          .updateTable('webhook_deliveries')
+          .from('locked')
+          .set(failedColumns(now, sql<string>`case when locked.decision = 'endpoint_missing' then ${ENDPOINT_MISSING} else ${ENDPOINT_DISABLED} end`))
+          .whereRef('webhook_deliveries.id', '=', 'locked.id')
+          .where('locked.decision', 'in', ['endpoint_missing', 'endpoint_disabled'])
+          .returning('webhook_deliveries.id'),
+      )
+      .with('held', (w) =>
+        w
+          .updateTable('webhook_deliveries')
+          .from('locked')
+          .set(this.heldColumns(now))
+          .whereRef('webhook_deliveries.id', '=', 'locked.id')
+          .where('locked.decision', '=', 'held')
+          .returning('webhook_deliveries.id'),
+      )
+      .with('started', (w) =>
+        w
+          .insertInto('delivery_attempts')
+          .columns(['delivery_id', 'attempt', 'started_at'])
+          .expression(
+            w
+              .selectFrom('locked')
+              .select(['locked.id', sql<number>`locked.attempt_count + 1`.as('attempt'), sql<Date>`${now}::timestamptz`.as('started_at')])
+              .where('locked.decision', '=', 'send'),
+          )
+          // An attempt row its worker never sent from (it died while connecting) is taken over.
+          .onConflict((oc) =>
+            oc
+              .columns(['delivery_id', 'attempt'])
+              .doUpdateSet({ started_at: now })
+              .where('delivery_attempts.dispatched_at', 'is', null)
+              .where('delivery_attempts.finished_at', 'is', null),
+          )
+          .returning('attempt'),
+      )
+      .selectFrom('locked')
+      .leftJoin('started', (join) => join.onTrue())
+      .selectAll('locked')
+      .select('started.attempt as started')
+      .executeTakeFirst();
+    if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
+    switch (row.decision) {
+      case 'delivered':
+        return { kind: 'delivered', attempt: row.attempt_count, status: row.last_response_status ?? 200 };
+      case 'failed':
+        return { kind: 'gone', reason: 'The delivery already failed.' };
+      case 'dead_lettered':
+      case 'exhausted':
+        return { kind: 'exhausted', sent: row.attempt_count };
+      case 'endpoint_missing':
+        return { kind: 'gone', reason: ENDPOINT_MISSING };
+      case 'endpoint_disabled':
+        return { kind: 'gone', reason: ENDPOINT_DISABLED };
+      case 'held':
+        return { kind: 'held', sent: row.attempt_count };
+      case 'takeover':
+        return this.beginAttemptInTransaction(em, ref);
+      case 'send':
+        // The attempt's row was closed or sent by another executor after all: let the transaction decide.
+        if (row.started === null) return this.beginAttemptInTransaction(em, ref);
+        return {
+          kind: 'send',
+          attempt: row.started,
+          startedAt: now,
+          url: row.url!,
+          payload: row.payload,
+          endpointId: row.endpoint_id!,
+          secretKeyId: row.secret_key_id!,
+          secretCiphertext: Buffer.from(row.secret_ciphertext!),
+        };
+    }
+  }
+
+  /**
+   * beginAttempt step by step, under the row's lock: the path of an attempt left
+   * dispatched but unfinished (its executor died or lost its lease after sending), and of a
+   * row another executor wrote to while the one-statement path waited for it.
+   */
+  private async beginAttemptInTransaction(em: EntityManager, ref: DeliveryRef): Promise<AttemptStart> {
     return em.transactional(async (tx) => {
       const k = db(tx);
       const now = new Date(this.now());
@@ -418,7 +554,7 @@ export class DeliveryRecords {
       }
 
       if (!row.endpoint_id || row.disabled_at) {
-        const reason = row.endpoint_id ? 'The endpoint is disabled.' : 'The endpoint no longer exists.';
+        const reason = row.endpoint_id ? ENDPOINT_DISABLED : ENDPOINT_MISSING;
         await this.fail(tx, ref, reason);
         return { kind: 'gone', reason };
       }
@@ -499,7 +635,8 @@ export class DeliveryRecords {
    * later (none after the last). Counted attempts only: a failure before anything reached
    * the receiver's network is not an attempt and is never recorded here. Idempotent: an
    * attempt another executor already closed as interrupted takes this real outcome instead,
-   * unless a later attempt was sent meanwhile.
+   * unless a later attempt was sent meanwhile. One statement writes the attempt's row and
+   * the delivery's together, or neither.
    */
   async recordOutcome(
     em: EntityManager,
@@ -508,61 +645,59 @@ export class DeliveryRecords {
     startedAt: Date,
     outcome: { status: number | null; error: string | null },
   ): Promise<RecordedOutcome> {
-    return em.transactional(async (tx) => {
-      const k = db(tx);
-      const now = new Date(this.now());
-      // Looked at before closing: once a later attempt was sent, this one stays as its successor found it.
-      const later = await k
-        .selectFrom('delivery_attempts')
-        .select('attempt')
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('attempt', '>', attempt)
-        .where('dispatched_at', 'is not', null)
-        .executeTakeFirst();
-      if (later) return { kind: 'superseded' };
-      const closed = await k
-        .updateTable('delivery_attempts')
-        .set({ finished_at: now, response_status: outcome.status, error: outcome.error })
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('attempt', '=', attempt)
-        .where('started_at', '=', startedAt)
-        .where((eb) => eb.or([eb('finished_at', 'is', null), eb('error', '=', INTERRUPTED_ATTEMPT)]))
-        .executeTakeFirst();
-      if (Number(closed.numUpdatedRows) === 0) return { kind: 'superseded' };
-
-      const done = { lease_until: null, lease_owner: null, updated_at: now, last_response_status: outcome.status };
-      if (outcome.error === null) {
-        await k
+    const now = new Date(this.now());
+    const exhausted = attempt >= MAX_ATTEMPTS;
+    const done = { lease_until: null, lease_owner: null, updated_at: now, last_response_status: outcome.status, attempt_count: attempt };
+    const result =
+      outcome.error === null
+        ? ({ ...done, status: 'delivered', delivered_at: now, last_error: null, next_attempt_at: null } as const)
+        : ({ ...done, status: 'retrying', last_error: outcome.error, next_attempt_at: exhausted ? null : new Date(now.getTime() + this.interval) } as const);
+    const k = db(em);
+    const row = await k
+      .with('closed', (w) =>
+        w
+          .updateTable('delivery_attempts as a')
+          .set({ finished_at: now, response_status: outcome.status, error: outcome.error })
+          .where('a.delivery_id', '=', ref.deliveryId)
+          .where('a.attempt', '=', attempt)
+          .where('a.started_at', '=', startedAt)
+          .where((eb) => eb.or([eb('a.finished_at', 'is', null), eb('a.error', '=', INTERRUPTED_ATTEMPT)]))
+          // Once a later attempt was sent, this one stays as its successor found it.
+          .where((eb) =>
+            eb.not(
+              eb.exists(
+                eb
+                  .selectFrom('delivery_attempts as later')
+                  .select('later.attempt')
+                  .where('later.delivery_id', '=', ref.deliveryId)
+                  .where('later.attempt', '>', attempt)
+                  .where('later.dispatched_at', 'is not', null),
+              ),
+            ),
+          )
+          .returning('a.attempt'),
+      )
+      .with('recorded', (w) =>
+        w
           .updateTable('webhook_deliveries')
-          .set({ ...done, status: 'delivered', attempt_count: attempt, delivered_at: now, last_error: null, next_attempt_at: null })
+          .set(result)
           .where('id', '=', ref.deliveryId)
           .where('status', 'in', OPEN_STATUSES)
-          .execute();
-        return { kind: 'delivered', sent: attempt };
-      }
-      const exhausted = attempt >= MAX_ATTEMPTS;
-      await k
-        .updateTable('webhook_deliveries')
-        .set({
-          ...done,
-          status: 'retrying',
-          attempt_count: attempt,
-          last_error: outcome.error,
-          next_attempt_at: exhausted ? null : new Date(now.getTime() + this.interval),
-        })
-        .where('id', '=', ref.deliveryId)
-        .where('status', 'in', OPEN_STATUSES)
-        .execute();
-      return { kind: 'retrying', sent: attempt, exhausted };
-    });
+          .where((eb) => eb.exists(eb.selectFrom('closed').select('closed.attempt')))
+          .returning('id'),
+      )
+      .selectFrom('closed')
+      .select('closed.attempt')
+      .executeTakeFirst();
+    if (!row) return { kind: 'superseded' };
+    return outcome.error === null ? { kind: 'delivered', sent: attempt } : { kind: 'retrying', sent: attempt, exhausted };
   }
 
   /** A kill switch is on: the delivery waits one interval (or until released) without using an attempt. */
   async hold(em: EntityManager, ref: DeliveryRef): Promise<void> {
-    const now = new Date(this.now());
     await db(em)
       .updateTable('webhook_deliveries')
-      .set({ status: 'held', next_attempt_at: new Date(now.getTime() + this.interval), lease_until: null, lease_owner: null, updated_at: now })
+      .set(this.heldColumns(new Date(this.now())))
       .where('id', '=', ref.deliveryId)
       .where('status', 'in', OPEN_STATUSES)
       .execute();
@@ -570,13 +705,16 @@ export class DeliveryRecords {
 
   /** The endpoint is missing or disabled: the delivery fails at once with the reason, never retried. */
   async fail(em: EntityManager, ref: DeliveryRef, reason: string): Promise<void> {
-    const now = new Date(this.now());
     await db(em)
       .updateTable('webhook_deliveries')
-      .set({ status: 'failed', last_error: reason, next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now })
+      .set(failedColumns(new Date(this.now()), reason))
       .where('id', '=', ref.deliveryId)
       .where('status', 'in', OPEN_STATUSES)
       .execute();
+  }
+
+  private heldColumns(now: Date) {
+    return { status: 'held', next_attempt_at: new Date(now.getTime() + this.interval), lease_until: null, lease_owner: null, updated_at: now } as const;
   }
 
   /** All attempts are used: the delivery is dead-lettered and queued for operators. False when it had already finished. */
@@ -743,6 +881,11 @@ export class DeliveryRecords {
   ): Promise<ListedDelivery[]> {
     return where(listedQuery(db(em))).execute();
   }
+}
+
+/** A delivery failed for good, with its reason: what fail and beginAttempt write. */
+function failedColumns(now: Date, reason: string | Expression<string>) {
+  return { status: 'failed', last_error: reason, next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now } as const;
 }
 
 /** True while a kill switch stops the organization whose id the expression names. */

@@ -73,6 +73,17 @@ async function withKillSwitch<T>(scope: string, body: () => Promise<T>): Promise
   }
 }
 
+/** Resolves once a session of this test's database waits for a lock another one holds. */
+async function untilWaitingForLock(): Promise<void> {
+  for (;;) {
+    const [row] = await em().execute<{ waiting: boolean }[]>(
+      'select exists (select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid where not l.granted and a.datname = current_database()) as waiting',
+    );
+    if (row!.waiting) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 /** Claims return their rows in no particular order. */
 const byId = (refs: DeliveryRef[]) => [...refs].sort((a, b) => a.deliveryId.localeCompare(b.deliveryId));
 
@@ -286,6 +297,28 @@ describe('beginAttempt', () => {
       expect.objectContaining({ attempt: 2, started_at: clock, dispatched_at: null, finished_at: null }),
     ]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'retrying', attempt_count: 1, next_attempt_at: clock });
+  });
+
+  it('sees an attempt dispatched while it waited for the row: closes it as interrupted instead of sending the next', async () => {
+    const { ref } = await fresh();
+    const first = await records.beginAttempt(em(), ref);
+    if (first.kind !== 'send') throw new Error('not sendable');
+    const other = new Client({ connectionString: databaseUrl });
+    await other.connect();
+    try {
+      // Another executor marks attempt 1 dispatched and holds the row until it commits.
+      await other.query('begin');
+      await other.query('update webhook_deliveries set attempt_count = 1 where id = $1', [ref.deliveryId]);
+      await other.query('update delivery_attempts set dispatched_at = $2 where delivery_id = $1 and attempt = 1', [ref.deliveryId, new Date(T0)]);
+      clock += 5000;
+      const begun = records.beginAttempt(em(), ref);
+      await untilWaitingForLock();
+      await other.query('commit');
+      expect(await begun).toEqual({ kind: 'wait', until: new Date(T0 + RETRY_INTERVAL_MS), sent: 1 });
+    } finally {
+      await other.end();
+    }
+    expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, dispatched_at: T0, finished_at: T0 + 5000, error: INTERRUPTED_ATTEMPT })]);
   });
 
   it('holds the delivery without using an attempt while its organization is switched off', async () => {
