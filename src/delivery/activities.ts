@@ -8,7 +8,7 @@ import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient } from '../outbound';
 import { signedHeaders } from '../signatures';
-import { DeliveryRecords } from './records';
+import { DeliveryRecords, type AttemptStart } from './records';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -64,10 +64,11 @@ export class DeliveryAttempts {
     this.records = new DeliveryRecords({ now: deps.now, retryIntervalMs: deps.retryIntervalMs });
   }
 
-  async run(ref: DeliveryRef, liveness: AttemptLiveness): Promise<AttemptResult> {
+  /** `begun`: the attempt as the embedded engine's claim began it (claimDue), instead of a beginAttempt of its own. */
+  async run(ref: DeliveryRef, liveness: AttemptLiveness, begun?: AttemptStart): Promise<AttemptResult> {
     const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
     try {
-      return await this.attempt(ref, liveness);
+      return await this.attempt(ref, liveness, begun);
     } finally {
       clearInterval(beat);
     }
@@ -79,11 +80,12 @@ export class DeliveryAttempts {
     if (await this.untilRecorded(() => this.records.deadLetter(em, ref), signal)) this.deps.onEvent?.('dead_lettered');
   }
 
-  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness): Promise<AttemptResult> {
+  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined): Promise<AttemptResult> {
     const em = this.deps.orm.em.fork();
     const now = this.deps.now ?? Date.now;
     for (;;) {
-      const start = await this.untilRecorded(() => this.records.beginAttempt(em, ref), liveness.signal);
+      const start = begun ?? (await this.untilRecorded(() => this.records.beginAttempt(em, ref), liveness.signal));
+      begun = undefined;
       switch (start.kind) {
         case 'delivered':
           return start;

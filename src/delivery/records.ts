@@ -15,6 +15,7 @@ import { DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
  * engines and every service go through them, so the state machine lives in one file.
  *
  *   pending/retrying/held ──claimDue──► (leased) ──beginAttempt──► send | held | failed | exhausted
+ *   (the embedded engine's claimDue leases and begins in one statement)
  *   send ──markDispatched──► (counted) ──recordOutcome──► delivered | retrying | (8th) → deadLetter
  *   held ──releaseHeld──► due now
  *
@@ -122,6 +123,35 @@ type AttemptDecision =
   | 'exhausted'
   | 'held'
   | 'send';
+
+/** What the statement behind beginAttempt and claimDue returns of each delivery it locked. */
+interface BegunRow {
+  decision: AttemptDecision;
+  attempt_count: number;
+  last_response_status: number | null;
+  payload: string;
+  endpoint_id: string | null;
+  url: string | null;
+  secret_key_id: string | null;
+  secret_ciphertext: Uint8Array | null;
+  /** The attempt whose row it wrote; null when the row was another executor's to keep. */
+  started: number | null;
+}
+
+/** Which due deliveries a claim may take, and for whom. */
+export interface ClaimOptions {
+  owner: string;
+  limit: number;
+  leaseMs: number;
+  /** Deliveries the claiming instance is working on already. */
+  busy: string[];
+}
+
+/** A claimed delivery and its attempt as begun; null when beginAttempt must decide (claimDue). */
+export interface ClaimedDelivery {
+  ref: DeliveryRef;
+  start: AttemptStart | null;
+}
 
 const ENDPOINT_MISSING = 'The endpoint no longer exists.';
 const ENDPOINT_DISABLED = 'The endpoint is disabled.';
@@ -317,28 +347,19 @@ export class DeliveryRecords {
   /**
    * Embedded engine: leases up to `limit` due deliveries to `owner`, oldest due first,
    * skipping rows another instance is claiming right now and the ones this instance is
-   * already working on.
+   * already working on, and begins the attempt of each in the same statement (what
+   * beginAttempt would decide and write). A claimed delivery whose `start` is null needs
+   * beginAttempt's transaction: an attempt of it was left dispatched but unfinished, or
+   * another executor wrote to it meanwhile.
    */
-  async claimDue(em: EntityManager, options: { owner: string; limit: number; leaseMs: number; busy: string[] }): Promise<DeliveryRef[]> {
+  async claimDue(em: EntityManager, options: ClaimOptions): Promise<ClaimedDelivery[]> {
     if (options.limit <= 0) return [];
     const now = new Date(this.now());
-    const k = db(em);
-    const rows = await k
-      .updateTable('webhook_deliveries')
-      .set({ lease_until: new Date(now.getTime() + options.leaseMs), lease_owner: options.owner })
-      .where('id', 'in', (eb) => {
-        let due = eb
-          .selectFrom('webhook_deliveries')
-          .select('id')
-          .where('status', 'in', OPEN_STATUSES)
-          .where('next_attempt_at', '<=', now)
-          .where((w) => w.or([w('lease_until', 'is', null), w('lease_until', '<', now)]));
-        if (options.busy.length > 0) due = due.where('id', 'not in', options.busy);
-        return due.orderBy('next_attempt_at').limit(options.limit).forUpdate().skipLocked();
-      })
-      .returning(['id', 'organization_id', 'endpoint_id', 'event_id'])
-      .execute();
-    return rows.map((r) => ({ deliveryId: r.id, organizationId: r.organization_id, endpointId: r.endpoint_id, eventId: r.event_id }));
+    const rows = await this.beginAttempts(em, now, { claim: options });
+    return rows.map((row) => ({
+      ref: { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.delivery_endpoint_id, eventId: row.event_id },
+      start: attemptStart(row, now),
+    }));
   }
 
   /** Embedded engine: keeps a lease alive while its owner works; false when the owner lost it. */
@@ -376,14 +397,29 @@ export class DeliveryRecords {
    */
   async beginAttempt(em: EntityManager, ref: DeliveryRef): Promise<AttemptStart> {
     const now = new Date(this.now());
+    const [row] = await this.beginAttempts(em, now, { ref });
+    if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
+    return attemptStart(row, now) ?? this.beginAttemptInTransaction(em, ref);
+  }
+
+  /**
+   * The statement behind beginAttempt and claimDue: locks the delivery rows (one by
+   * reference, or the due ones a claim may take), decides for each what its attempt may do,
+   * and writes what it decided: failed, held, or the attempt's row (and a claim's lease).
+   */
+  private beginAttempts(em: EntityManager, now: Date, which: { ref: DeliveryRef } | { claim: ClaimOptions }) {
+    const claim = 'claim' in which ? which.claim : null;
     const k = db(em);
-    const row = await k
+    return k
       .with('locked', (w) =>
         w
           .selectFrom('webhook_deliveries as d')
           .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
           .select([
             'd.id',
+            'd.organization_id',
+            'd.endpoint_id as delivery_endpoint_id',
+            'd.event_id',
             'd.status',
             'd.attempt_count',
             'd.last_response_status',
@@ -405,9 +441,28 @@ export class DeliveryRecords {
               else 'send'
             end`.as('decision'),
           )
-          .where('d.id', '=', ref.deliveryId)
-          .where('d.organization_id', '=', ref.organizationId)
-          .forUpdate('d'),
+          .$call((q) => {
+            if ('ref' in which) return q.where('d.id', '=', which.ref.deliveryId).where('d.organization_id', '=', which.ref.organizationId).forUpdate('d');
+            const { claim } = which;
+            let due = q
+              .where('d.status', 'in', OPEN_STATUSES)
+              .where('d.next_attempt_at', '<=', now)
+              .where((w) => w.or([w('d.lease_until', 'is', null), w('d.lease_until', '<', now)]));
+            if (claim.busy.length > 0) due = due.where('d.id', 'not in', claim.busy);
+            return due.orderBy('d.next_attempt_at').limit(claim.limit).forUpdate('d').skipLocked();
+          }),
+      )
+      .with('leased', (w) =>
+        w
+          .updateTable('webhook_deliveries')
+          .from('locked')
+          .set({ lease_until: new Date(now.getTime() + (claim?.leaseMs ?? 0)), lease_owner: claim?.owner ?? null })
+          .whereRef('webhook_deliveries.id', '=', 'locked.id')
+          // beginAttempt works under the lease (or the Temporal activity) its caller holds already.
+          .where(sql<boolean>`${claim !== null}::boolean`)
+          // Failing or holding a delivery gives its lease back.
+          .where('locked.decision', 'not in', ['endpoint_missing', 'endpoint_disabled', 'held'])
+          .returning('webhook_deliveries.id'),
       )
       .with('failed', (w) =>
         w
@@ -445,44 +500,13 @@ export class DeliveryRecords {
               .where('delivery_attempts.dispatched_at', 'is', null)
               .where('delivery_attempts.finished_at', 'is', null),
           )
-          .returning('attempt'),
+          .returning(['delivery_id', 'attempt']),
       )
       .selectFrom('locked')
-      .leftJoin('started', (join) => join.onTrue())
+      .leftJoin('started', 'started.delivery_id', 'locked.id')
       .selectAll('locked')
       .select('started.attempt as started')
-      .executeTakeFirst();
-    if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
-    switch (row.decision) {
-      case 'delivered':
-        return { kind: 'delivered', attempt: row.attempt_count, status: row.last_response_status ?? 200 };
-      case 'failed':
-        return { kind: 'gone', reason: 'The delivery already failed.' };
-      case 'dead_lettered':
-      case 'exhausted':
-        return { kind: 'exhausted', sent: row.attempt_count };
-      case 'endpoint_missing':
-        return { kind: 'gone', reason: ENDPOINT_MISSING };
-      case 'endpoint_disabled':
-        return { kind: 'gone', reason: ENDPOINT_DISABLED };
-      case 'held':
-        return { kind: 'held', sent: row.attempt_count };
-      case 'takeover':
-        return this.beginAttemptInTransaction(em, ref);
-      case 'send':
-        // The attempt's row was closed or sent by another executor after all: let the transaction decide.
-        if (row.started === null) return this.beginAttemptInTransaction(em, ref);
-        return {
-          kind: 'send',
-          attempt: row.started,
-          startedAt: now,
-          url: row.url!,
-          payload: row.payload,
-          endpointId: row.endpoint_id!,
-          secretKeyId: row.secret_key_id!,
-          secretCiphertext: Buffer.from(row.secret_ciphertext!),
-        };
-    }
+      .execute();
   }
 
   /**
@@ -880,6 +904,40 @@ export class DeliveryRecords {
     where: (q: ReturnType<typeof listedQuery>) => ReturnType<typeof listedQuery>,
   ): Promise<ListedDelivery[]> {
     return where(listedQuery(db(em))).execute();
+  }
+}
+
+/** What a begun row means for its attempt; null when beginAttempt's transaction must decide. */
+function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
+  switch (row.decision) {
+    case 'delivered':
+      return { kind: 'delivered', attempt: row.attempt_count, status: row.last_response_status ?? 200 };
+    case 'failed':
+      return { kind: 'gone', reason: 'The delivery already failed.' };
+    case 'dead_lettered':
+    case 'exhausted':
+      return { kind: 'exhausted', sent: row.attempt_count };
+    case 'endpoint_missing':
+      return { kind: 'gone', reason: ENDPOINT_MISSING };
+    case 'endpoint_disabled':
+      return { kind: 'gone', reason: ENDPOINT_DISABLED };
+    case 'held':
+      return { kind: 'held', sent: row.attempt_count };
+    case 'takeover':
+      return null;
+    case 'send':
+      // Null: the attempt's row was closed or sent by another executor after all.
+      if (row.started === null) return null;
+      return {
+        kind: 'send',
+        attempt: row.started,
+        startedAt: now,
+        url: row.url!,
+        payload: row.payload,
+        endpointId: row.endpoint_id!,
+        secretKeyId: row.secret_key_id!,
+        secretCiphertext: Buffer.from(row.secret_ciphertext!),
+      };
   }
 }
 
