@@ -8,7 +8,8 @@ import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient } from '../outbound';
 import { signedHeaders } from '../signatures';
-import { DeliveryRecords, type AttemptStart } from './records';
+import { DeliveryRecords, type AttemptKey, type AttemptResultRecord, type AttemptStart, type RecordedOutcome } from './records';
+import { GroupCommit } from './group-commit';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -59,9 +60,15 @@ const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS
  */
 export class DeliveryAttempts {
   readonly records: DeliveryRecords;
+  /** Dispatch marks and outcomes of concurrent attempts, written together (group commit). */
+  private readonly dispatches: GroupCommit<AttemptKey, boolean>;
+  private readonly outcomes: GroupCommit<AttemptResultRecord, RecordedOutcome>;
 
   constructor(private readonly deps: ActivityDeps) {
     this.records = new DeliveryRecords({ now: deps.now, retryIntervalMs: deps.retryIntervalMs });
+    const byDelivery = (a: AttemptKey) => a.ref.deliveryId;
+    this.dispatches = new GroupCommit((keys) => this.records.markAllDispatched(deps.orm.em.fork(), keys), byDelivery);
+    this.outcomes = new GroupCommit<AttemptResultRecord, RecordedOutcome>((results) => this.records.recordOutcomes(deps.orm.em.fork(), results), byDelivery);
   }
 
   /** `begun`: the attempt as the embedded engine's claim began it (claimDue), instead of a beginAttempt of its own. */
@@ -112,7 +119,7 @@ export class DeliveryAttempts {
         const response = await this.deps.outbound.post(start.url, signedHeaders(secret, start.payload, now()), start.payload, {
           signal: liveness.signal,
           beforeSend: async () => {
-            const marked = await this.records.markDispatched(em, ref, start.attempt, start.startedAt);
+            const marked = await this.dispatches.submit({ ref, attempt: start.attempt, startedAt: start.startedAt });
             refusedBeforeSend = !marked;
             return marked;
           },
@@ -132,7 +139,7 @@ export class DeliveryAttempts {
       }
 
       // The outcome is real from here on: keep it until PostgreSQL takes it, whatever else happens.
-      const recorded = await this.untilRecorded(() => this.records.recordOutcome(em, ref, start.attempt, start.startedAt, { status, error }));
+      const recorded = await this.untilRecorded(() => this.outcomes.submit({ ref, attempt: start.attempt, startedAt: start.startedAt, status, error }));
       if (recorded.kind === 'superseded') {
         this.deps.logger.warn({ deliveryId: ref.deliveryId, attempt: start.attempt }, 'delivery attempt outcome superseded by another executor');
         return recorded;

@@ -156,6 +156,20 @@ export interface ClaimedDelivery {
 const ENDPOINT_MISSING = 'The endpoint no longer exists.';
 const ENDPOINT_DISABLED = 'The endpoint is disabled.';
 
+/** One attempt of one delivery, as the executor that began it knows it. */
+export interface AttemptKey {
+  ref: DeliveryRef;
+  attempt: number;
+  /** The executor's claim on the attempt (AttemptStart's startedAt). */
+  startedAt: Date;
+}
+
+/** What came back of a counted attempt: the receiver's status, and the error when it was not a 2xx. */
+export interface AttemptResultRecord extends AttemptKey {
+  status: number | null;
+  error: string | null;
+}
+
 /** What recordOutcome wrote. */
 export type RecordedOutcome =
   | { kind: 'delivered'; sent: number }
@@ -622,16 +636,25 @@ export class DeliveryRecords {
    * delivery finished, or another executor took the attempt over; then nothing is sent.
    */
   async markDispatched(em: EntityManager, ref: DeliveryRef, attempt: number, startedAt: Date): Promise<boolean> {
+    const [marked] = await this.markAllDispatched(em, [{ ref, attempt, startedAt }]);
+    return marked!;
+  }
+
+  /**
+   * markDispatched for attempts of several deliveries (one each) in one statement: what a
+   * group commit of concurrent attempts writes. One answer per attempt, in their order.
+   */
+  async markAllDispatched(em: EntityManager, attempts: AttemptKey[]): Promise<boolean[]> {
     const now = new Date(this.now());
-    const k = db(em);
-    const result = await k
+    const rows = await db(em)
       .with('marked', (w) =>
         w
           .updateTable('delivery_attempts as a')
+          .from(attemptKeys(attempts))
           .set({ dispatched_at: now })
-          .where('a.delivery_id', '=', ref.deliveryId)
-          .where('a.attempt', '=', attempt)
-          .where('a.started_at', '=', startedAt)
+          .whereRef('a.delivery_id', '=', 'v.delivery_id')
+          .whereRef('a.attempt', '=', 'v.attempt')
+          .whereRef('a.started_at', '=', 'v.started_at')
           .where('a.dispatched_at', 'is', null)
           .where('a.finished_at', 'is', null)
           .where((eb) =>
@@ -639,19 +662,21 @@ export class DeliveryRecords {
               eb
                 .selectFrom('webhook_deliveries as d')
                 .select('d.id')
-                .where('d.id', '=', ref.deliveryId)
+                .whereRef('d.id', '=', 'v.delivery_id')
                 .where('d.status', 'in', OPEN_STATUSES)
                 .where((s) => s.not(stoppedBy(s.ref('d.organization_id')))),
             ),
           )
-          .returning('a.attempt'),
+          .returning(['a.delivery_id', 'a.attempt']),
       )
       .updateTable('webhook_deliveries')
-      .set({ attempt_count: attempt, updated_at: now })
-      .where('id', '=', ref.deliveryId)
-      .where((eb) => eb.exists(eb.selectFrom('marked').select('attempt')))
-      .executeTakeFirst();
-    return Number(result.numUpdatedRows) > 0;
+      .from('marked')
+      .set({ attempt_count: sql<number>`marked.attempt`, updated_at: now })
+      .whereRef('webhook_deliveries.id', '=', 'marked.delivery_id')
+      .returning('webhook_deliveries.id')
+      .execute();
+    const counted = new Set(rows.map((r) => r.id));
+    return attempts.map((a) => counted.has(a.ref.deliveryId));
   }
 
   /**
@@ -669,22 +694,26 @@ export class DeliveryRecords {
     startedAt: Date,
     outcome: { status: number | null; error: string | null },
   ): Promise<RecordedOutcome> {
+    const [recorded] = await this.recordOutcomes(em, [{ ref, attempt, startedAt, ...outcome }]);
+    return recorded!;
+  }
+
+  /**
+   * recordOutcome for attempts of several deliveries (one each) in one statement: what a
+   * group commit of concurrent attempts writes. One answer per attempt, in their order.
+   */
+  async recordOutcomes(em: EntityManager, outcomes: AttemptResultRecord[]): Promise<RecordedOutcome[]> {
     const now = new Date(this.now());
-    const exhausted = attempt >= MAX_ATTEMPTS;
-    const done = { lease_until: null, lease_owner: null, updated_at: now, last_response_status: outcome.status, attempt_count: attempt };
-    const result =
-      outcome.error === null
-        ? ({ ...done, status: 'delivered', delivered_at: now, last_error: null, next_attempt_at: null } as const)
-        : ({ ...done, status: 'retrying', last_error: outcome.error, next_attempt_at: exhausted ? null : new Date(now.getTime() + this.interval) } as const);
-    const k = db(em);
-    const row = await k
+    const next = new Date(now.getTime() + this.interval);
+    const rows = await db(em)
       .with('closed', (w) =>
         w
           .updateTable('delivery_attempts as a')
-          .set({ finished_at: now, response_status: outcome.status, error: outcome.error })
-          .where('a.delivery_id', '=', ref.deliveryId)
-          .where('a.attempt', '=', attempt)
-          .where('a.started_at', '=', startedAt)
+          .from(attemptResults(outcomes))
+          .set({ finished_at: now, response_status: sql<number | null>`v.response_status`, error: sql<string | null>`v.error` })
+          .whereRef('a.delivery_id', '=', 'v.delivery_id')
+          .whereRef('a.attempt', '=', 'v.attempt')
+          .whereRef('a.started_at', '=', 'v.started_at')
           .where((eb) => eb.or([eb('a.finished_at', 'is', null), eb('a.error', '=', INTERRUPTED_ATTEMPT)]))
           // Once a later attempt was sent, this one stays as its successor found it.
           .where((eb) =>
@@ -693,28 +722,41 @@ export class DeliveryRecords {
                 eb
                   .selectFrom('delivery_attempts as later')
                   .select('later.attempt')
-                  .where('later.delivery_id', '=', ref.deliveryId)
-                  .where('later.attempt', '>', attempt)
+                  .whereRef('later.delivery_id', '=', 'v.delivery_id')
+                  .whereRef('later.attempt', '>', 'v.attempt')
                   .where('later.dispatched_at', 'is not', null),
               ),
             ),
           )
-          .returning('a.attempt'),
+          .returning(['a.delivery_id', 'a.attempt', 'a.response_status', 'a.error']),
       )
       .with('recorded', (w) =>
         w
           .updateTable('webhook_deliveries')
-          .set(result)
-          .where('id', '=', ref.deliveryId)
-          .where('status', 'in', OPEN_STATUSES)
-          .where((eb) => eb.exists(eb.selectFrom('closed').select('closed.attempt')))
-          .returning('id'),
+          .from('closed')
+          .set({
+            status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' else 'retrying' end`,
+            attempt_count: sql<number>`closed.attempt`,
+            last_error: sql<string | null>`closed.error`,
+            last_response_status: sql<number | null>`closed.response_status`,
+            delivered_at: sql<Date | null>`case when closed.error is null then ${now}::timestamptz else webhook_deliveries.delivered_at end`,
+            next_attempt_at: sql<Date | null>`case when closed.error is null or closed.attempt >= ${MAX_ATTEMPTS} then null else ${next}::timestamptz end`,
+            lease_until: null,
+            lease_owner: null,
+            updated_at: now,
+          })
+          .whereRef('webhook_deliveries.id', '=', 'closed.delivery_id')
+          .where('webhook_deliveries.status', 'in', OPEN_STATUSES)
+          .returning('webhook_deliveries.id'),
       )
       .selectFrom('closed')
-      .select('closed.attempt')
-      .executeTakeFirst();
-    if (!row) return { kind: 'superseded' };
-    return outcome.error === null ? { kind: 'delivered', sent: attempt } : { kind: 'retrying', sent: attempt, exhausted };
+      .select('closed.delivery_id')
+      .execute();
+    const closed = new Set(rows.map((r) => r.delivery_id));
+    return outcomes.map((o): RecordedOutcome => {
+      if (!closed.has(o.ref.deliveryId)) return { kind: 'superseded' };
+      return o.error === null ? { kind: 'delivered', sent: o.attempt } : { kind: 'retrying', sent: o.attempt, exhausted: o.attempt >= MAX_ATTEMPTS };
+    });
   }
 
   /** A kill switch is on: the delivery waits one interval (or until released) without using an attempt. */
@@ -944,6 +986,21 @@ function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
 /** A delivery failed for good, with its reason: what fail and beginAttempt write. */
 function failedColumns(now: Date, reason: string | Expression<string>) {
   return { status: 'failed', last_error: reason, next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now } as const;
+}
+
+/** Attempts as a table `v` (delivery_id, attempt, started_at): one parameter per column, however many rows. */
+function attemptKeys(keys: AttemptKey[]) {
+  return sql<{ delivery_id: string; attempt: number; started_at: Date }>`(select * from unnest(
+    ${keys.map((k) => k.ref.deliveryId)}::uuid[], ${keys.map((k) => k.attempt)}::int[], ${keys.map((k) => k.startedAt.toISOString())}::timestamptz[]
+  ) as v(delivery_id, attempt, started_at))`.as('v');
+}
+
+/** Attempts with their results as a table `v` (delivery_id, attempt, started_at, response_status, error). */
+function attemptResults(results: AttemptResultRecord[]) {
+  return sql<{ delivery_id: string; attempt: number; started_at: Date; response_status: number | null; error: string | null }>`(select * from unnest(
+    ${results.map((r) => r.ref.deliveryId)}::uuid[], ${results.map((r) => r.attempt)}::int[], ${results.map((r) => r.startedAt.toISOString())}::timestamptz[],
+    ${results.map((r) => r.status)}::int[], ${results.map((r) => r.error)}::text[]
+  ) as v(delivery_id, attempt, started_at, response_status, error))`.as('v');
 }
 
 /** True while a kill switch stops the organization whose id the expression names. */

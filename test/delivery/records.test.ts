@@ -550,6 +550,48 @@ describe('recordOutcome', () => {
   });
 });
 
+describe('markAllDispatched and recordOutcomes (several deliveries in one statement)', () => {
+  it('counts each attempt that may go, refuses the one whose delivery finished, and answers in order', async () => {
+    const [a, b, c] = [(await fresh()).ref, (await fresh()).ref, (await fresh()).ref];
+    const starts = [];
+    for (const ref of [a!, b!, c!]) {
+      const start = await records.beginAttempt(em(), ref);
+      if (start.kind !== 'send') throw new Error('not sendable');
+      starts.push({ ref, attempt: start.attempt, startedAt: start.startedAt });
+    }
+    await records.fail(em(), b!, 'The endpoint is disabled.');
+    clock += 7;
+    expect(await records.markAllDispatched(em(), starts)).toEqual([true, false, true]);
+    expect(await storedAttempts(orm, a!.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, dispatched_at: T0 + 7 })]);
+    expect(await storedAttempts(orm, b!.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, dispatched_at: null })]);
+    expect(await storedDelivery(orm, c!.deliveryId)).toMatchObject({ attempt_count: 1 });
+    expect(await storedDelivery(orm, b!.deliveryId)).toMatchObject({ status: 'failed', attempt_count: 0 });
+  });
+
+  it('records each outcome, delivered or retrying, and supersedes an attempt already closed', async () => {
+    const [a, b, c] = [(await fresh()).ref, (await fresh()).ref, (await fresh()).ref];
+    const sent = await Promise.all([a!, b!, c!].map(async (ref) => ({ ref, ...(await dispatched(ref)) })));
+    await records.recordOutcome(em(), c!, sent[2]!.attempt, sent[2]!.startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
+    clock += 40;
+    expect(
+      await records.recordOutcomes(em(), [
+        { ...sent[0]!, status: 200, error: null },
+        { ...sent[1]!, status: 503, error: 'The endpoint answered HTTP 503.' },
+        { ...sent[2]!, status: 200, error: null },
+      ]),
+    ).toEqual([{ kind: 'delivered', sent: 1 }, { kind: 'retrying', sent: 1, exhausted: false }, { kind: 'superseded' }]);
+    expect(await storedDelivery(orm, a!.deliveryId)).toMatchObject({ status: 'delivered', attempt_count: 1, delivered_at: T0 + 40, last_response_status: 200, next_attempt_at: null });
+    expect(await storedDelivery(orm, b!.deliveryId)).toMatchObject({
+      status: 'retrying',
+      delivered_at: null,
+      last_error: 'The endpoint answered HTTP 503.',
+      last_response_status: 503,
+      next_attempt_at: T0 + 40 + RETRY_INTERVAL_MS,
+    });
+    expect(await storedDelivery(orm, c!.deliveryId)).toMatchObject({ status: 'retrying', last_response_status: 500 });
+  });
+});
+
 describe('hold and fail', () => {
   it('hold: held for one interval, lease given back, no attempt used', async () => {
     const { ref } = await fresh();
