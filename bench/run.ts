@@ -901,7 +901,7 @@ async function benchEngine(ctx: Context, tenant: Tenant, endpointIds: string[]):
     log(`${id}: warm-up of ${warmup} deliveries`);
     const warm = await engineRun(ctx, warmup, tenant, endpointIds);
     log(`  warm-up: ${(warm.ok / warm.seconds).toFixed(1)} deliveries/s`);
-    log(`${id}: engine ${perSegment} deliveries per segment over ${count} endpoints (its concurrency: 16) vs raw loop ${CONNECTIONS} concurrent × ${SEGMENT_SECONDS} s, ${PATTERN}`);
+    log(`${id}: engine ${perSegment} deliveries per segment over ${count} endpoints (its concurrency: DELIVERY_CONCURRENCY, default 64) vs raw loop ${CONNECTIONS} concurrent × ${SEGMENT_SECONDS} s, ${PATTERN}`);
     const engine: Side = {
       label: 'engine (deliveries)',
       async segment() {
