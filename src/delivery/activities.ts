@@ -67,7 +67,8 @@ export class DeliveryAttempts {
   constructor(private readonly deps: ActivityDeps) {
     this.records = new DeliveryRecords({ now: deps.now, retryIntervalMs: deps.retryIntervalMs });
     const byDelivery = (a: AttemptKey) => a.ref.deliveryId;
-    this.dispatches = new GroupCommit((keys) => this.records.markAllDispatched(deps.orm.em.fork(), keys), byDelivery);
+    // A dispatch mark keeps its connection to the receiver waiting: two may be written at once.
+    this.dispatches = new GroupCommit((keys) => this.records.markAllDispatched(deps.orm.em.fork(), keys), byDelivery, 2);
     this.outcomes = new GroupCommit<AttemptResultRecord, RecordedOutcome>((results) => this.records.recordOutcomes(deps.orm.em.fork(), results), byDelivery);
   }
 

@@ -64,3 +64,23 @@ it('fails every item of a failed write, and only those', async () => {
   writes[1]!.finish();
   expect(await second).toBe('b:ok');
 });
+
+it('with two writers, writes at once while one write is in flight, and groups behind two', async () => {
+  const { writes, write, nextWrite } = heldWrites();
+  const group = new GroupCommit(write, (item: string) => item, 2);
+  let next = nextWrite();
+  const first = group.submit('a');
+  await next;
+  next = nextWrite();
+  const second = group.submit('b');
+  await next;
+  const waiting = [group.submit('c'), group.submit('d')];
+  expect(writes.map((w) => w.items)).toEqual([['a'], ['b']]);
+  next = nextWrite();
+  writes[0]!.finish();
+  await next;
+  expect(writes[2]!.items).toEqual(['c', 'd']);
+  writes[1]!.finish();
+  writes[2]!.finish();
+  expect(await Promise.all([first, second, ...waiting])).toEqual(['a:ok', 'b:ok', 'c:ok', 'd:ok']);
+});
