@@ -5,6 +5,7 @@ import type { EntityManager, DeadLetterSchema, DeliveryAttemptSchema, DeliverySt
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryRef } from './contract';
 import { DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
+import { CompiledStatement } from './compiled-statement';
 
 /**
  * Timestamps are read as epoch milliseconds (epochMs): the driver hands timestamptz columns
@@ -226,6 +227,10 @@ const epochMs = <T extends number | null = number>(column: string) => sql<T>`flo
 export class DeliveryRecords {
   private readonly now: () => number;
   private readonly interval: number;
+  private readonly beginOne = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, false));
+  private readonly claimAndBegin = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, true));
+  private readonly dispatch = new CompiledStatement(dispatchStatement);
+  private readonly outcome = new CompiledStatement(outcomeStatement);
 
   constructor(options: { now?: () => number; retryIntervalMs?: number } = {}) {
     this.now = options.now ?? Date.now;
@@ -416,111 +421,22 @@ export class DeliveryRecords {
     return attemptStart(row, now) ?? this.beginAttemptInTransaction(em, ref);
   }
 
-  /**
-   * The statement behind beginAttempt and claimDue: locks the delivery rows (one by
-   * reference, or the due ones a claim may take), decides for each what its attempt may do,
-   * and writes what it decided: failed, held, or the attempt's row (and a claim's lease).
-   */
-  private beginAttempts(em: EntityManager, now: Date, which: { ref: DeliveryRef } | { claim: ClaimOptions }) {
-    const claim = 'claim' in which ? which.claim : null;
-    const k = db(em);
-    return k
-      .with('locked', (w) =>
-        w
-          .selectFrom('webhook_deliveries as d')
-          .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
-          .select([
-            'd.id',
-            'd.organization_id',
-            'd.endpoint_id as delivery_endpoint_id',
-            'd.event_id',
-            'd.status',
-            'd.attempt_count',
-            'd.last_response_status',
-            'd.payload',
-            'e.id as endpoint_id',
-            'e.url',
-            'e.secret_key_id',
-            'e.secret_ciphertext',
-          ])
-          .select((eb) =>
-            sql<AttemptDecision>`case
-              when d.status in ('delivered', 'failed', 'dead_lettered') then d.status::text
-              when d.xmin::text <> (select s.xmin::text from webhook_deliveries s where s.id = d.id) then 'takeover'
-              when exists (select 1 from delivery_attempts a where a.delivery_id = d.id and a.finished_at is null and a.dispatched_at is not null) then 'takeover'
-              when e.id is null then 'endpoint_missing'
-              when e.disabled_at is not null then 'endpoint_disabled'
-              when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
-              when ${stoppedBy(eb.ref('d.organization_id'))} then 'held'
-              else 'send'
-            end`.as('decision'),
-          )
-          .$call((q) => {
-            if ('ref' in which) return q.where('d.id', '=', which.ref.deliveryId).where('d.organization_id', '=', which.ref.organizationId).forUpdate('d');
-            const { claim } = which;
-            let due = q
-              .where('d.status', 'in', OPEN_STATUSES)
-              .where('d.next_attempt_at', '<=', now)
-              .where((w) => w.or([w('d.lease_until', 'is', null), w('d.lease_until', '<', now)]));
-            if (claim.busy.length > 0) due = due.where('d.id', 'not in', claim.busy);
-            return due.orderBy('d.next_attempt_at').limit(claim.limit).forUpdate('d').skipLocked();
-          }),
-      )
-      .with('leased', (w) =>
-        w
-          .updateTable('webhook_deliveries')
-          .from('locked')
-          .set({ lease_until: new Date(now.getTime() + (claim?.leaseMs ?? 0)), lease_owner: claim?.owner ?? null })
-          .whereRef('webhook_deliveries.id', '=', 'locked.id')
-          // beginAttempt works under the lease (or the Temporal activity) its caller holds already.
-          .where(sql<boolean>`${claim !== null}::boolean`)
-          // Failing or holding a delivery gives its lease back.
-          .where('locked.decision', 'not in', ['endpoint_missing', 'endpoint_disabled', 'held'])
-          .returning('webhook_deliveries.id'),
-      )
-      .with('failed', (w) =>
-        w
-          .updateTable('webhook_deliveries')
-          .from('locked')
-          .set(failedColumns(now, sql<string>`case when locked.decision = 'endpoint_missing' then ${ENDPOINT_MISSING} else ${ENDPOINT_DISABLED} end`))
-          .whereRef('webhook_deliveries.id', '=', 'locked.id')
-          .where('locked.decision', 'in', ['endpoint_missing', 'endpoint_disabled'])
-          .returning('webhook_deliveries.id'),
-      )
-      .with('held', (w) =>
-        w
-          .updateTable('webhook_deliveries')
-          .from('locked')
-          .set(this.heldColumns(now))
-          .whereRef('webhook_deliveries.id', '=', 'locked.id')
-          .where('locked.decision', '=', 'held')
-          .returning('webhook_deliveries.id'),
-      )
-      .with('started', (w) =>
-        w
-          .insertInto('delivery_attempts')
-          .columns(['delivery_id', 'attempt', 'started_at'])
-          .expression(
-            w
-              .selectFrom('locked')
-              .select(['locked.id', sql<number>`locked.attempt_count + 1`.as('attempt'), sql<Date>`${now}::timestamptz`.as('started_at')])
-              .where('locked.decision', '=', 'send'),
-          )
-          // An attempt row its worker never sent from (it died while connecting) is taken over.
-          .onConflict((oc) =>
-            oc
-              .columns(['delivery_id', 'attempt'])
-              .doUpdateSet({ started_at: now })
-              .where('delivery_attempts.dispatched_at', 'is', null)
-              .where('delivery_attempts.finished_at', 'is', null),
-          )
-          .returning(['delivery_id', 'attempt']),
-      )
-      .selectFrom('locked')
-      .leftJoin('started', 'started.delivery_id', 'locked.id')
-      .selectAll('locked')
-      .select('started.attempt as started')
-      .execute();
+  /** Runs beginStatement for one delivery by reference, or for the due ones a claim may take. */
+  private async beginAttempts(em: EntityManager, now: Date, which: { ref: DeliveryRef } | { claim: ClaimOptions }) {
+    const common = { now, heldUntil: new Date(now.getTime() + this.interval) };
+    if ('ref' in which) {
+      return this.beginOne.execute(db(em), { ...common, deliveryId: which.ref.deliveryId, organizationId: which.ref.organizationId, leaseUntil: null, owner: null, limit: 1, busy: [] });
+    }
+    const { claim } = which;
+    return this.claimAndBegin.execute(db(em), {
+      ...common,
+      deliveryId: null,
+      organizationId: null,
+      leaseUntil: new Date(now.getTime() + claim.leaseMs),
+      owner: claim.owner,
+      limit: claim.limit,
+      busy: claim.busy,
+    });
   }
 
   /**
@@ -645,36 +561,7 @@ export class DeliveryRecords {
    * group commit of concurrent attempts writes. One answer per attempt, in their order.
    */
   async markAllDispatched(em: EntityManager, attempts: AttemptKey[]): Promise<boolean[]> {
-    const now = new Date(this.now());
-    const rows = await db(em)
-      .with('marked', (w) =>
-        w
-          .updateTable('delivery_attempts as a')
-          .from(attemptKeys(attempts))
-          .set({ dispatched_at: now })
-          .whereRef('a.delivery_id', '=', 'v.delivery_id')
-          .whereRef('a.attempt', '=', 'v.attempt')
-          .whereRef('a.started_at', '=', 'v.started_at')
-          .where('a.dispatched_at', 'is', null)
-          .where('a.finished_at', 'is', null)
-          .where((eb) =>
-            eb.exists(
-              eb
-                .selectFrom('webhook_deliveries as d')
-                .select('d.id')
-                .whereRef('d.id', '=', 'v.delivery_id')
-                .where('d.status', 'in', OPEN_STATUSES)
-                .where((s) => s.not(stoppedBy(s.ref('d.organization_id')))),
-            ),
-          )
-          .returning(['a.delivery_id', 'a.attempt']),
-      )
-      .updateTable('webhook_deliveries')
-      .from('marked')
-      .set({ attempt_count: sql<number>`marked.attempt`, updated_at: now })
-      .whereRef('webhook_deliveries.id', '=', 'marked.delivery_id')
-      .returning('webhook_deliveries.id')
-      .execute();
+    const rows = await this.dispatch.execute(db(em), { now: new Date(this.now()), ...attemptColumns(attempts) });
     const counted = new Set(rows.map((r) => r.id));
     return attempts.map((a) => counted.has(a.ref.deliveryId));
   }
@@ -704,54 +591,13 @@ export class DeliveryRecords {
    */
   async recordOutcomes(em: EntityManager, outcomes: AttemptResultRecord[]): Promise<RecordedOutcome[]> {
     const now = new Date(this.now());
-    const next = new Date(now.getTime() + this.interval);
-    const rows = await db(em)
-      .with('closed', (w) =>
-        w
-          .updateTable('delivery_attempts as a')
-          .from(attemptResults(outcomes))
-          .set({ finished_at: now, response_status: sql<number | null>`v.response_status`, error: sql<string | null>`v.error` })
-          .whereRef('a.delivery_id', '=', 'v.delivery_id')
-          .whereRef('a.attempt', '=', 'v.attempt')
-          .whereRef('a.started_at', '=', 'v.started_at')
-          .where((eb) => eb.or([eb('a.finished_at', 'is', null), eb('a.error', '=', INTERRUPTED_ATTEMPT)]))
-          // Once a later attempt was sent, this one stays as its successor found it.
-          .where((eb) =>
-            eb.not(
-              eb.exists(
-                eb
-                  .selectFrom('delivery_attempts as later')
-                  .select('later.attempt')
-                  .whereRef('later.delivery_id', '=', 'v.delivery_id')
-                  .whereRef('later.attempt', '>', 'v.attempt')
-                  .where('later.dispatched_at', 'is not', null),
-              ),
-            ),
-          )
-          .returning(['a.delivery_id', 'a.attempt', 'a.response_status', 'a.error']),
-      )
-      .with('recorded', (w) =>
-        w
-          .updateTable('webhook_deliveries')
-          .from('closed')
-          .set({
-            status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' else 'retrying' end`,
-            attempt_count: sql<number>`closed.attempt`,
-            last_error: sql<string | null>`closed.error`,
-            last_response_status: sql<number | null>`closed.response_status`,
-            delivered_at: sql<Date | null>`case when closed.error is null then ${now}::timestamptz else webhook_deliveries.delivered_at end`,
-            next_attempt_at: sql<Date | null>`case when closed.error is null or closed.attempt >= ${MAX_ATTEMPTS} then null else ${next}::timestamptz end`,
-            lease_until: null,
-            lease_owner: null,
-            updated_at: now,
-          })
-          .whereRef('webhook_deliveries.id', '=', 'closed.delivery_id')
-          .where('webhook_deliveries.status', 'in', OPEN_STATUSES)
-          .returning('webhook_deliveries.id'),
-      )
-      .selectFrom('closed')
-      .select('closed.delivery_id')
-      .execute();
+    const rows = await this.outcome.execute(db(em), {
+      now,
+      next: new Date(now.getTime() + this.interval),
+      ...attemptColumns(outcomes),
+      status: outcomes.map((o) => o.status),
+      error: outcomes.map((o) => o.error),
+    });
     const closed = new Set(rows.map((r) => r.delivery_id));
     return outcomes.map((o): RecordedOutcome => {
       if (!closed.has(o.ref.deliveryId)) return { kind: 'superseded' };
@@ -761,9 +607,10 @@ export class DeliveryRecords {
 
   /** A kill switch is on: the delivery waits one interval (or until released) without using an attempt. */
   async hold(em: EntityManager, ref: DeliveryRef): Promise<void> {
+    const now = new Date(this.now());
     await db(em)
       .updateTable('webhook_deliveries')
-      .set(this.heldColumns(new Date(this.now())))
+      .set(heldColumns(now, new Date(now.getTime() + this.interval)))
       .where('id', '=', ref.deliveryId)
       .where('status', 'in', OPEN_STATUSES)
       .execute();
@@ -777,10 +624,6 @@ export class DeliveryRecords {
       .where('id', '=', ref.deliveryId)
       .where('status', 'in', OPEN_STATUSES)
       .execute();
-  }
-
-  private heldColumns(now: Date) {
-    return { status: 'held', next_attempt_at: new Date(now.getTime() + this.interval), lease_until: null, lease_owner: null, updated_at: now } as const;
   }
 
   /** All attempts are used: the delivery is dead-lettered and queued for operators. False when it had already finished. */
@@ -949,6 +792,126 @@ export class DeliveryRecords {
   }
 }
 
+/** What the statement behind beginAttempt and claimDue is executed with. */
+interface BeginParams {
+  now: Date;
+  heldUntil: Date;
+  /** beginAttempt: the delivery. */
+  deliveryId: string | null;
+  organizationId: string | null;
+  /** claimDue: the lease, how many and which not. */
+  leaseUntil: Date | null;
+  owner: string | null;
+  limit: number;
+  busy: string[];
+}
+
+/**
+ * The statement behind beginAttempt (`claim` false: one delivery by reference) and claimDue:
+ * locks the delivery rows, decides for each what its attempt may do, and writes what it
+ * decided: failed, held, or the attempt's row (and a claim's lease).
+ */
+function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
+  return k
+    .with('locked', (w) =>
+      w
+        .selectFrom('webhook_deliveries as d')
+        .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
+        .select([
+          'd.id',
+          'd.organization_id',
+          'd.endpoint_id as delivery_endpoint_id',
+          'd.event_id',
+          'd.status',
+          'd.attempt_count',
+          'd.last_response_status',
+          'd.payload',
+          'e.id as endpoint_id',
+          'e.url',
+          'e.secret_key_id',
+          'e.secret_ciphertext',
+        ])
+        .select((eb) =>
+          sql<AttemptDecision>`case
+            when d.status in ('delivered', 'failed', 'dead_lettered') then d.status::text
+            when d.xmin::text <> (select s.xmin::text from webhook_deliveries s where s.id = d.id) then 'takeover'
+            when exists (select 1 from delivery_attempts a where a.delivery_id = d.id and a.finished_at is null and a.dispatched_at is not null) then 'takeover'
+            when e.id is null then 'endpoint_missing'
+            when e.disabled_at is not null then 'endpoint_disabled'
+            when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
+            when ${stoppedBy(eb.ref('d.organization_id'))} then 'held'
+            else 'send'
+          end`.as('decision'),
+        )
+        .$call((q) => {
+          if (!claim) return q.where('d.id', '=', p.deliveryId!).where('d.organization_id', '=', p.organizationId!).forUpdate('d');
+          return q
+            .where('d.status', 'in', OPEN_STATUSES)
+            .where('d.next_attempt_at', '<=', p.now)
+            .where((w) => w.or([w('d.lease_until', 'is', null), w('d.lease_until', '<', p.now)]))
+            .where(sql<boolean>`d.id <> all(${p.busy}::uuid[])`)
+            .orderBy('d.next_attempt_at')
+            .limit(p.limit)
+            .forUpdate('d')
+            .skipLocked();
+        }),
+    )
+    .with('leased', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('locked')
+        .set({ lease_until: p.leaseUntil, lease_owner: p.owner })
+        .whereRef('webhook_deliveries.id', '=', 'locked.id')
+        // beginAttempt works under the lease (or the Temporal activity) its caller holds already.
+        .where(sql<boolean>`${claim}::boolean`)
+        // Failing or holding a delivery gives its lease back.
+        .where('locked.decision', 'not in', ['endpoint_missing', 'endpoint_disabled', 'held'])
+        .returning('webhook_deliveries.id'),
+    )
+    .with('failed', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('locked')
+        .set(failedColumns(p.now, sql<string>`case when locked.decision = 'endpoint_missing' then ${ENDPOINT_MISSING} else ${ENDPOINT_DISABLED} end`))
+        .whereRef('webhook_deliveries.id', '=', 'locked.id')
+        .where('locked.decision', 'in', ['endpoint_missing', 'endpoint_disabled'])
+        .returning('webhook_deliveries.id'),
+    )
+    .with('held', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('locked')
+        .set(heldColumns(p.now, p.heldUntil))
+        .whereRef('webhook_deliveries.id', '=', 'locked.id')
+        .where('locked.decision', '=', 'held')
+        .returning('webhook_deliveries.id'),
+    )
+    .with('started', (w) =>
+      w
+        .insertInto('delivery_attempts')
+        .columns(['delivery_id', 'attempt', 'started_at'])
+        .expression(
+          w
+            .selectFrom('locked')
+            .select(['locked.id', sql<number>`locked.attempt_count + 1`.as('attempt'), sql<Date>`${p.now}::timestamptz`.as('started_at')])
+            .where('locked.decision', '=', 'send'),
+        )
+        // An attempt row its worker never sent from (it died while connecting) is taken over.
+        .onConflict((oc) =>
+          oc
+            .columns(['delivery_id', 'attempt'])
+            .doUpdateSet({ started_at: p.now })
+            .where('delivery_attempts.dispatched_at', 'is', null)
+            .where('delivery_attempts.finished_at', 'is', null),
+        )
+        .returning(['delivery_id', 'attempt']),
+    )
+    .selectFrom('locked')
+    .leftJoin('started', 'started.delivery_id', 'locked.id')
+    .selectAll('locked')
+    .select('started.attempt as started');
+}
+
 /** What a begun row means for its attempt; null when beginAttempt's transaction must decide. */
 function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
   switch (row.decision) {
@@ -983,24 +946,120 @@ function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
   }
 }
 
+/** A delivery held by a kill switch until `until` (or its release): what hold and beginAttempt write. */
+function heldColumns(now: Date, until: Date) {
+  return { status: 'held', next_attempt_at: until, lease_until: null, lease_owner: null, updated_at: now } as const;
+}
+
 /** A delivery failed for good, with its reason: what fail and beginAttempt write. */
 function failedColumns(now: Date, reason: string | Expression<string>) {
   return { status: 'failed', last_error: reason, next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now } as const;
 }
 
-/** Attempts as a table `v` (delivery_id, attempt, started_at): one parameter per column, however many rows. */
-function attemptKeys(keys: AttemptKey[]) {
-  return sql<{ delivery_id: string; attempt: number; started_at: Date }>`(select * from unnest(
-    ${keys.map((k) => k.ref.deliveryId)}::uuid[], ${keys.map((k) => k.attempt)}::int[], ${keys.map((k) => k.startedAt.toISOString())}::timestamptz[]
-  ) as v(delivery_id, attempt, started_at))`.as('v');
+/** Attempts column by column: one parameter each, however many attempts. */
+interface AttemptColumns {
+  ids: string[];
+  attempts: number[];
+  starts: string[];
+}
+
+function attemptColumns(keys: AttemptKey[]): AttemptColumns {
+  return { ids: keys.map((k) => k.ref.deliveryId), attempts: keys.map((k) => k.attempt), starts: keys.map((k) => k.startedAt.toISOString()) };
+}
+
+/** Attempts as a table `v` (delivery_id, attempt, started_at). */
+function attemptKeys(p: AttemptColumns) {
+  return sql<{ delivery_id: string; attempt: number; started_at: Date }>`(select * from unnest(${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[])
+    as v(delivery_id, attempt, started_at))`.as('v');
 }
 
 /** Attempts with their results as a table `v` (delivery_id, attempt, started_at, response_status, error). */
-function attemptResults(results: AttemptResultRecord[]) {
+function attemptResults(p: AttemptColumns & { status: (number | null)[]; error: (string | null)[] }) {
   return sql<{ delivery_id: string; attempt: number; started_at: Date; response_status: number | null; error: string | null }>`(select * from unnest(
-    ${results.map((r) => r.ref.deliveryId)}::uuid[], ${results.map((r) => r.attempt)}::int[], ${results.map((r) => r.startedAt.toISOString())}::timestamptz[],
-    ${results.map((r) => r.status)}::int[], ${results.map((r) => r.error)}::text[]
+    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[]
   ) as v(delivery_id, attempt, started_at, response_status, error))`.as('v');
+}
+
+/** markAllDispatched's statement. */
+function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date }) {
+  return k
+    .with('marked', (w) =>
+      w
+        .updateTable('delivery_attempts as a')
+        .from(attemptKeys(p))
+        .set({ dispatched_at: p.now })
+        .whereRef('a.delivery_id', '=', 'v.delivery_id')
+        .whereRef('a.attempt', '=', 'v.attempt')
+        .whereRef('a.started_at', '=', 'v.started_at')
+        .where('a.dispatched_at', 'is', null)
+        .where('a.finished_at', 'is', null)
+        .where((eb) =>
+          eb.exists(
+            eb
+              .selectFrom('webhook_deliveries as d')
+              .select('d.id')
+              .whereRef('d.id', '=', 'v.delivery_id')
+              .where('d.status', 'in', OPEN_STATUSES)
+              .where((s) => s.not(stoppedBy(s.ref('d.organization_id')))),
+          ),
+        )
+        .returning(['a.delivery_id', 'a.attempt']),
+    )
+    .updateTable('webhook_deliveries')
+    .from('marked')
+    .set({ attempt_count: sql<number>`marked.attempt`, updated_at: p.now })
+    .whereRef('webhook_deliveries.id', '=', 'marked.delivery_id')
+    .returning('webhook_deliveries.id');
+}
+
+/** recordOutcomes' statement: `next` is when a failed attempt's successor is due. */
+function outcomeStatement(k: Kysely<Tables>, p: AttemptColumns & { status: (number | null)[]; error: (string | null)[]; now: Date; next: Date }) {
+  return k
+    .with('closed', (w) =>
+      w
+        .updateTable('delivery_attempts as a')
+        .from(attemptResults(p))
+        .set({ finished_at: p.now, response_status: sql<number | null>`v.response_status`, error: sql<string | null>`v.error` })
+        .whereRef('a.delivery_id', '=', 'v.delivery_id')
+        .whereRef('a.attempt', '=', 'v.attempt')
+        .whereRef('a.started_at', '=', 'v.started_at')
+        .where((eb) => eb.or([eb('a.finished_at', 'is', null), eb('a.error', '=', INTERRUPTED_ATTEMPT)]))
+        // Once a later attempt was sent, this one stays as its successor found it.
+        .where((eb) =>
+          eb.not(
+            eb.exists(
+              eb
+                .selectFrom('delivery_attempts as later')
+                .select('later.attempt')
+                .whereRef('later.delivery_id', '=', 'v.delivery_id')
+                .whereRef('later.attempt', '>', 'v.attempt')
+                .where('later.dispatched_at', 'is not', null),
+            ),
+          ),
+        )
+        .returning(['a.delivery_id', 'a.attempt', 'a.response_status', 'a.error']),
+    )
+    .with('recorded', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('closed')
+        .set({
+          status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' else 'retrying' end`,
+          attempt_count: sql<number>`closed.attempt`,
+          last_error: sql<string | null>`closed.error`,
+          last_response_status: sql<number | null>`closed.response_status`,
+          delivered_at: sql<Date | null>`case when closed.error is null then ${p.now}::timestamptz else webhook_deliveries.delivered_at end`,
+          next_attempt_at: sql<Date | null>`case when closed.error is null or closed.attempt >= ${MAX_ATTEMPTS} then null else ${p.next}::timestamptz end`,
+          lease_until: null,
+          lease_owner: null,
+          updated_at: p.now,
+        })
+        .whereRef('webhook_deliveries.id', '=', 'closed.delivery_id')
+        .where('webhook_deliveries.status', 'in', OPEN_STATUSES)
+        .returning('webhook_deliveries.id'),
+    )
+    .selectFrom('closed')
+    .select('closed.delivery_id');
 }
 
 /** True while a kill switch stops the organization whose id the expression names. */
