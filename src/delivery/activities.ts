@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
-import { type MikroORM, isDatabaseUnavailable } from '../db';
+import { type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
 import type { Logger, Config } from '../config';
 import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
@@ -89,10 +89,11 @@ export class DeliveryAttempts {
   }
 
   private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined): Promise<AttemptResult> {
-    const em = this.deps.orm.em.fork();
+    // Forked only for an attempt the engine's claim did not begin: most never need one.
+    let em: EntityManager | undefined;
     const now = this.deps.now ?? Date.now;
     for (;;) {
-      const start = begun ?? (await this.untilRecorded(() => this.records.beginAttempt(em, ref), liveness.signal));
+      const start = begun ?? (await this.untilRecorded(() => this.records.beginAttempt((em ??= this.deps.orm.em.fork()), ref), liveness.signal));
       begun = undefined;
       switch (start.kind) {
         case 'delivered':
