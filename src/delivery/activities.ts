@@ -67,8 +67,9 @@ export class DeliveryAttempts {
   constructor(private readonly deps: ActivityDeps) {
     this.records = new DeliveryRecords({ now: deps.now, retryIntervalMs: deps.retryIntervalMs });
     const byDelivery = (a: AttemptKey) => a.ref.deliveryId;
-    // A dispatch mark keeps its connection to the receiver waiting: two may be written at once.
-    this.dispatches = new GroupCommit((keys) => this.records.markAllDispatched(deps.orm.em.fork(), keys), byDelivery, 2);
+    // A dispatch mark keeps its connection to the receiver waiting: up to four are written at
+    // once (four of the pool's ten connections at most). Outcomes hold no connection: one at a time.
+    this.dispatches = new GroupCommit((keys) => this.records.markAllDispatched(deps.orm.em.fork(), keys), byDelivery, 4);
     this.outcomes = new GroupCommit<AttemptResultRecord, RecordedOutcome>((results) => this.records.recordOutcomes(deps.orm.em.fork(), results), byDelivery);
   }
 
