@@ -927,7 +927,7 @@ async function benchEngine(ctx: Context, tenant: Tenant, endpointIds: string[]):
     const phases = await attemptPhases(ctx, endpointIds);
     diagnostics.push(
       `delivery engine, ${count} endpoints: server ${fmtMs(a.cpuMsPerOp)} CPU per delivery (${a.cores?.toFixed(2)} cores busy), ` +
-        `${fmtMs((CONNECTIONS / a.rps) * 1000)} per delivery and slot (${CONNECTIONS} ÷ throughput), of which, per attempt row (mean): ` +
+        `${fmtMs((CONNECTIONS / a.rps) * 1000)} per delivery and receiver connection (${CONNECTIONS} ÷ throughput: both sides keep ${CONNECTIONS} connections; the engine works on DELIVERY_CONCURRENCY deliveries at once), and per attempt row (mean): ` +
         `${fmtMs(phases.startToDispatchMs)} from the attempt row to dispatch (connection, pooled or new), ${fmtMs(phases.dispatchToFinishMs)} from dispatch to the outcome recorded; ` +
         `raw keep-alive loop ${fmtMs(b.cpuMsPerOp)} per request (${b.cores?.toFixed(2)} cores)`,
     );
