@@ -902,7 +902,7 @@ async function benchEngine(ctx: Context, tenant: Tenant, endpointIds: string[]):
     log(`${id}: warm-up of ${warmup} deliveries`);
     const warm = await engineRun(ctx, warmup, tenant, endpointIds);
     log(`  warm-up: ${(warm.ok / warm.seconds).toFixed(1)} deliveries/s`);
-    log(`${id}: engine ${perSegment} deliveries per segment over ${count} endpoints (its concurrency: 16) vs raw loop ${CONNECTIONS} concurrent × ${SEGMENT_SECONDS} s, ${PATTERN}`);
+    log(`${id}: engine ${perSegment} deliveries per segment over ${count} endpoints (its concurrency: DELIVERY_CONCURRENCY, default 64) vs raw loop ${CONNECTIONS} concurrent × ${SEGMENT_SECONDS} s, ${PATTERN}`);
     const engine: Side = {
       label: 'engine (deliveries)',
       async segment() {
@@ -928,7 +928,7 @@ async function benchEngine(ctx: Context, tenant: Tenant, endpointIds: string[]):
     const phases = await attemptPhases(ctx, endpointIds);
     diagnostics.push(
       `delivery engine, ${count} endpoints: server ${fmtMs(a.cpuMsPerOp)} CPU per delivery (${a.cores?.toFixed(2)} cores busy), ` +
-        `${fmtMs((CONNECTIONS / a.rps) * 1000)} per delivery and slot (${CONNECTIONS} ÷ throughput), of which, per attempt row (mean): ` +
+        `${fmtMs((CONNECTIONS / a.rps) * 1000)} per delivery and receiver connection (${CONNECTIONS} ÷ throughput: both sides keep ${CONNECTIONS} connections; the engine works on DELIVERY_CONCURRENCY deliveries at once), and per attempt row (mean): ` +
         `${fmtMs(phases.startToDispatchMs)} from the attempt row to dispatch (connection, pooled or new), ${fmtMs(phases.dispatchToFinishMs)} from dispatch to the outcome recorded; ` +
         `raw keep-alive loop ${fmtMs(b.cpuMsPerOp)} per request (${b.cores?.toFixed(2)} cores)`,
     );

@@ -231,7 +231,7 @@ export function loadConfig(env: Env = process.env): Config {
       attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS),
       maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
-      concurrency: int('DELIVERY_CONCURRENCY', 16, 1, 256),
+      concurrency: int('DELIVERY_CONCURRENCY', 64, 1, 256),
       connectionsPerEndpoint: int('DELIVERY_CONNECTIONS_PER_ENDPOINT', 16, 1, 256),
       // Ten minutes at most: longer, a moved receiver (or a name rebound to a forbidden address) keeps getting requests at its old one.
       connectionMaxAgeMs: int('DELIVERY_CONNECTION_MAX_AGE_MS', 60_000, 1000, 600_000),

@@ -1,14 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
-import { type MikroORM, isDatabaseUnavailable } from '../db';
+import { type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
 import type { Logger, Config } from '../config';
 import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient } from '../outbound';
 import { signedHeaders } from '../signatures';
-import { DeliveryRecords } from './records';
+import { DeliveryRecords, type AttemptKey, type AttemptResultRecord, type AttemptStart, type RecordedOutcome } from './records';
+import { GroupCommit } from './group-commit';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -59,15 +60,24 @@ const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS
  */
 export class DeliveryAttempts {
   readonly records: DeliveryRecords;
+  /** Dispatch marks and outcomes of concurrent attempts, written together (group commit). */
+  private readonly dispatches: GroupCommit<AttemptKey, boolean>;
+  private readonly outcomes: GroupCommit<AttemptResultRecord, RecordedOutcome>;
 
   constructor(private readonly deps: ActivityDeps) {
     this.records = new DeliveryRecords({ now: deps.now, retryIntervalMs: deps.retryIntervalMs });
+    const byDelivery = (a: AttemptKey) => a.ref.deliveryId;
+    // A dispatch mark keeps its connection to the receiver waiting: up to four are written at
+    // once (four of the pool's ten connections at most). Outcomes hold no connection: one at a time.
+    this.dispatches = new GroupCommit((keys) => this.records.markAllDispatched(deps.orm.em.fork(), keys), byDelivery, 4);
+    this.outcomes = new GroupCommit<AttemptResultRecord, RecordedOutcome>((results) => this.records.recordOutcomes(deps.orm.em.fork(), results), byDelivery);
   }
 
-  async run(ref: DeliveryRef, liveness: AttemptLiveness): Promise<AttemptResult> {
+  /** `begun`: the attempt as the embedded engine's claim began it (claimDue), instead of a beginAttempt of its own. */
+  async run(ref: DeliveryRef, liveness: AttemptLiveness, begun?: AttemptStart): Promise<AttemptResult> {
     const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
     try {
-      return await this.attempt(ref, liveness);
+      return await this.attempt(ref, liveness, begun);
     } finally {
       clearInterval(beat);
     }
@@ -79,11 +89,13 @@ export class DeliveryAttempts {
     if (await this.untilRecorded(() => this.records.deadLetter(em, ref), signal)) this.deps.onEvent?.('dead_lettered');
   }
 
-  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness): Promise<AttemptResult> {
-    const em = this.deps.orm.em.fork();
+  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined): Promise<AttemptResult> {
+    // Forked only for an attempt the engine's claim did not begin: most never need one.
+    let em: EntityManager | undefined;
     const now = this.deps.now ?? Date.now;
     for (;;) {
-      const start = await this.untilRecorded(() => this.records.beginAttempt(em, ref), liveness.signal);
+      const start = begun ?? (await this.untilRecorded(() => this.records.beginAttempt((em ??= this.deps.orm.em.fork()), ref), liveness.signal));
+      begun = undefined;
       switch (start.kind) {
         case 'delivered':
           return start;
@@ -110,7 +122,7 @@ export class DeliveryAttempts {
         const response = await this.deps.outbound.post(start.url, signedHeaders(secret, start.payload, now()), start.payload, {
           signal: liveness.signal,
           beforeSend: async () => {
-            const marked = await this.records.markDispatched(em, ref, start.attempt, start.startedAt);
+            const marked = await this.dispatches.submit({ ref, attempt: start.attempt, startedAt: start.startedAt });
             refusedBeforeSend = !marked;
             return marked;
           },
@@ -130,7 +142,7 @@ export class DeliveryAttempts {
       }
 
       // The outcome is real from here on: keep it until PostgreSQL takes it, whatever else happens.
-      const recorded = await this.untilRecorded(() => this.records.recordOutcome(em, ref, start.attempt, start.startedAt, { status, error }));
+      const recorded = await this.untilRecorded(() => this.outcomes.submit({ ref, attempt: start.attempt, startedAt: start.startedAt, status, error }));
       if (recorded.kind === 'superseded') {
         this.deps.logger.warn({ deliveryId: ref.deliveryId, attempt: start.attempt }, 'delivery attempt outcome superseded by another executor');
         return recorded;

@@ -4,6 +4,7 @@ import type { Logger } from '../config';
 import { HEARTBEAT_TIMEOUT_MS } from '../../workflows/policy';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import type { DeliveryAttempts } from './activities';
+import type { AttemptStart } from './records';
 import { workflowIdFor } from './workflow-id';
 
 export interface EmbeddedEngineOptions {
@@ -123,6 +124,15 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
     for (const resolve of waiters) resolve();
   }
 
+  /**
+   * With work waiting, a freed slot is refilled only once a quarter of the slots are free
+   * (or none is busy): one claim then takes several deliveries, where a claim per freed slot
+   * cost a round trip per delivery.
+   */
+  private get refillAt(): number {
+    return Math.max(1, Math.ceil(this.options.concurrency / 4));
+  }
+
   private async poll(): Promise<void> {
     const free = this.options.concurrency - this.inFlight.size;
     if (free <= 0) return;
@@ -133,11 +143,11 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
       busy: [...this.inFlight.keys()],
     });
     this.backlog = claimed.length === free;
-    for (const ref of claimed) {
-      const run = this.run(ref).finally(() => {
+    for (const { ref, start } of claimed) {
+      const run = this.run(ref, start).finally(() => {
         this.inFlight.delete(ref.deliveryId);
-        // A poll that could not take everything due leaves work waiting: take it as soon as a slot frees.
-        if (this.backlog) this.wake();
+        // A poll that could not take everything due leaves work waiting: take it once enough slots are free.
+        if (this.backlog && (this.options.concurrency - this.inFlight.size >= this.refillAt || this.inFlight.size === 0)) this.wake();
         this.notifyIdle();
       });
       this.inFlight.set(ref.deliveryId, run);
@@ -149,7 +159,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
    * Anything that fails on the way is logged and left to the lease: when it lapses the
    * delivery is claimed again, and nothing that was not sent has been counted.
    */
-  private async run(ref: DeliveryRef): Promise<void> {
+  private async run(ref: DeliveryRef, start: AttemptStart | null): Promise<void> {
     const { attempts, orm, logger } = this.options;
     const liveness = {
       signal: this.stopping.signal,
@@ -160,7 +170,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
       },
     };
     try {
-      const result = await attempts.run(ref, liveness);
+      const result = await attempts.run(ref, liveness, start ?? undefined);
       if (result.kind === 'exhausted' || (result.kind === 'failed' && result.exhausted)) {
         await attempts.deadLetter(ref, this.stopping.signal);
       }

@@ -24,6 +24,9 @@ export {
   type DeliveryView,
   type AttemptView,
   type DeadLetterView,
+  type AttemptStart,
+  type ClaimOptions,
+  type ClaimedDelivery,
 } from './records';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';

@@ -5,6 +5,7 @@ import type { EntityManager, DeadLetterSchema, DeliveryAttemptSchema, DeliverySt
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryRef } from './contract';
 import { DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
+import { CompiledStatement } from './compiled-statement';
 
 /**
  * Timestamps are read as epoch milliseconds (epochMs): the driver hands timestamptz columns
@@ -15,6 +16,7 @@ import { DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
  * engines and every service go through them, so the state machine lives in one file.
  *
  *   pending/retrying/held ──claimDue──► (leased) ──beginAttempt──► send | held | failed | exhausted
+ *   (the embedded engine's claimDue leases and begins in one statement)
  *   send ──markDispatched──► (counted) ──recordOutcome──► delivered | retrying | (8th) → deadLetter
  *   held ──releaseHeld──► due now
  *
@@ -112,6 +114,64 @@ export type AttemptStart =
   /** An attempt of a worker that died after sending was closed as failed; the next one is due then. */
   | { kind: 'wait'; until: Date; sent: number };
 
+/** What beginAttempt's statement decided, before the rows it wrote. */
+type AttemptDecision =
+  | 'delivered'
+  | 'failed'
+  | 'dead_lettered'
+  | 'takeover'
+  | 'endpoint_missing'
+  | 'endpoint_disabled'
+  | 'exhausted'
+  | 'held'
+  | 'send';
+
+/** What the statement behind beginAttempt and claimDue returns of each delivery it locked. */
+interface BegunRow {
+  decision: AttemptDecision;
+  attempt_count: number;
+  last_response_status: number | null;
+  payload: string;
+  endpoint_id: string | null;
+  url: string | null;
+  secret_key_id: string | null;
+  secret_ciphertext: Uint8Array | null;
+  /** The attempt whose row it wrote; null when the row was another executor's to keep. */
+  started: number | null;
+}
+
+/** Which due deliveries a claim may take, and for whom. */
+export interface ClaimOptions {
+  owner: string;
+  limit: number;
+  leaseMs: number;
+  /** Deliveries the claiming instance is working on already. */
+  busy: string[];
+}
+
+/** A claimed delivery and its attempt as begun; null when beginAttempt must decide (claimDue). */
+export interface ClaimedDelivery {
+  ref: DeliveryRef;
+  start: AttemptStart | null;
+}
+
+const ENDPOINT_MISSING = 'The endpoint no longer exists.';
+const ENDPOINT_DISABLED = 'The endpoint is disabled.';
+
+/** One attempt of one delivery, as the executor that began it knows it. */
+export interface AttemptKey {
+  ref: DeliveryRef;
+  attempt: number;
+  /** The executor's claim on the attempt (AttemptStart's startedAt). */
+  startedAt: Date;
+}
+
+/** What came back of a counted attempt: the receiver's status, and the error when it was not a 2xx. */
+export interface AttemptResultRecord extends AttemptKey {
+  status: number | null;
+  error: string | null;
+}
+
 /** What recordOutcome wrote. */
 export type RecordedOutcome =
   | { kind: 'delivered'; sent: number }
@@ -168,6 +228,10 @@ const epochMs = <T extends number | null = number>(column: string) => sql<T>`flo
 export class DeliveryRecords {
   private readonly now: () => number;
   private readonly interval: number;
+  private readonly beginOne = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, false));
+  private readonly claimAndBegin = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, true));
+  private readonly dispatch = new CompiledStatement(dispatchStatement);
+  private readonly outcome = new CompiledStatement(outcomeStatement);
 
   constructor(options: { now?: () => number; retryIntervalMs?: number } = {}) {
     this.now = options.now ?? Date.now;
@@ -348,28 +412,19 @@ export class DeliveryRecords {
   /**
    * Embedded engine: leases up to `limit` due deliveries to `owner`, oldest due first,
    * skipping rows another instance is claiming right now and the ones this instance is
-   * already working on.
+   * already working on, and begins the attempt of each in the same statement (what
+   * beginAttempt would decide and write). A claimed delivery whose `start` is null needs
+   * beginAttempt's transaction: an attempt of it was left dispatched but unfinished, or
+   * another executor wrote to it meanwhile.
    */
-  async claimDue(em: EntityManager, options: { owner: string; limit: number; leaseMs: number; busy: string[] }): Promise<DeliveryRef[]> {
+  async claimDue(em: EntityManager, options: ClaimOptions): Promise<ClaimedDelivery[]> {
     if (options.limit <= 0) return [];
     const now = new Date(this.now());
-    const k = db(em);
-    const rows = await k
-      .updateTable('webhook_deliveries')
-      .set({ lease_until: new Date(now.getTime() + options.leaseMs), lease_owner: options.owner })
-      .where('id', 'in', (eb) => {
-        let due = eb
-          .selectFrom('webhook_deliveries')
-          .select('id')
-          .where('status', 'in', OPEN_STATUSES)
-          .where('next_attempt_at', '<=', now)
-          .where((w) => w.or([w('lease_until', 'is', null), w('lease_until', '<', now)]));
-        if (options.busy.length > 0) due = due.where('id', 'not in', options.busy);
-        return due.orderBy('next_attempt_at').limit(options.limit).forUpdate().skipLocked();
-      })
-      .returning(['id', 'organization_id', 'endpoint_id', 'event_id'])
-      .execute();
-    return rows.map((r) => ({ deliveryId: r.id, organizationId: r.organization_id, endpointId: r.endpoint_id, eventId: r.event_id }));
+    const rows = await this.beginAttempts(em, now, { claim: options });
+    return rows.map((row) => ({
+      ref: { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.delivery_endpoint_id, eventId: row.event_id },
+      start: attemptStart(row, now),
+    }));
   }
 
   /** Embedded engine: keeps a lease alive while its owner works; false when the owner lost it. */
@@ -399,8 +454,43 @@ export class DeliveryRecords {
    * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
    * switch holds it without using an attempt; otherwise the next attempt row is written
    * (or the one a dead worker wrote but never sent is taken over) and the caller sends.
+   *
+   * One statement decides and writes, so the common path costs one round trip. It reads
+   * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
+   * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
+   * unfinished, the rare takeover runs as a transaction, each step seeing the latest rows.
    */
   async beginAttempt(em: EntityManager, ref: DeliveryRef): Promise<AttemptStart> {
+    const now = new Date(this.now());
+    const [row] = await this.beginAttempts(em, now, { ref });
+    if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
+    return attemptStart(row, now) ?? this.beginAttemptInTransaction(em, ref);
+  }
+
+  /** Runs beginStatement for one delivery by reference, or for the due ones a claim may take. */
+  private async beginAttempts(em: EntityManager, now: Date, which: { ref: DeliveryRef } | { claim: ClaimOptions }) {
+    const common = { now, heldUntil: new Date(now.getTime() + this.interval) };
+    if ('ref' in which) {
+      return this.beginOne.execute(db(em), { ...common, deliveryId: which.ref.deliveryId, organizationId: which.ref.organizationId, leaseUntil: null, owner: null, limit: 1, busy: [] });
+    }
+    const { claim } = which;
+    return this.claimAndBegin.execute(db(em), {
+      ...common,
+      deliveryId: null,
+      organizationId: null,
+      leaseUntil: new Date(now.getTime() + claim.leaseMs),
+      owner: claim.owner,
+      limit: claim.limit,
+      busy: claim.busy,
+    });
+  }
+
+  /**
+   * beginAttempt step by step, under the row's lock: the path of an attempt left
+   * dispatched but unfinished (its executor died or lost its lease after sending), and of a
+   * row another executor wrote to while the one-statement path waited for it.
+   */
+  private async beginAttemptInTransaction(em: EntityManager, ref: DeliveryRef): Promise<AttemptStart> {
     return em.transactional(async (tx) => {
       const k = db(tx);
       const now = new Date(this.now());
@@ -464,7 +554,7 @@ export class DeliveryRecords {
       }
 
       if (!row.endpoint_id || row.disabled_at) {
-        const reason = row.endpoint_id ? 'The endpoint is disabled.' : 'The endpoint no longer exists.';
+        const reason = row.endpoint_id ? ENDPOINT_DISABLED : ENDPOINT_MISSING;
         await this.fail(tx, ref, reason);
         return { kind: 'gone', reason };
       }
@@ -508,36 +598,18 @@ export class DeliveryRecords {
    * delivery finished, or another executor took the attempt over; then nothing is sent.
    */
   async markDispatched(em: EntityManager, ref: DeliveryRef, attempt: number, startedAt: Date): Promise<boolean> {
-    const now = new Date(this.now());
-    const k = db(em);
-    const result = await k
-      .with('marked', (w) =>
-        w
-          .updateTable('delivery_attempts as a')
-          .set({ dispatched_at: now })
-          .where('a.delivery_id', '=', ref.deliveryId)
-          .where('a.attempt', '=', attempt)
-          .where('a.started_at', '=', startedAt)
-          .where('a.dispatched_at', 'is', null)
-          .where('a.finished_at', 'is', null)
-          .where((eb) =>
-            eb.exists(
-              eb
-                .selectFrom('webhook_deliveries as d')
-                .select('d.id')
-                .where('d.id', '=', ref.deliveryId)
-                .where('d.status', 'in', OPEN_STATUSES)
-                .where((s) => s.not(stoppedBy(s.ref('d.organization_id')))),
-            ),
-          )
-          .returning('a.attempt'),
-      )
-      .updateTable('webhook_deliveries')
-      .set({ attempt_count: attempt, updated_at: now })
-      .where('id', '=', ref.deliveryId)
-      .where((eb) => eb.exists(eb.selectFrom('marked').select('attempt')))
-      .executeTakeFirst();
-    return Number(result.numUpdatedRows) > 0;
+    const [marked] = await this.markAllDispatched(em, [{ ref, attempt, startedAt }]);
+    return marked!;
+  }
+
+  /**
+   * markDispatched for attempts of several deliveries (one each) in one statement: what a
+   * group commit of concurrent attempts writes. One answer per attempt, in their order.
+   */
+  async markAllDispatched(em: EntityManager, attempts: AttemptKey[]): Promise<boolean[]> {
+    const rows = await this.dispatch.execute(db(em), { now: new Date(this.now()), ...attemptColumns(attempts) });
+    const counted = new Set(rows.map((r) => r.id));
+    return attempts.map((a) => counted.has(a.ref.deliveryId));
   }
 
   /**
@@ -545,7 +617,8 @@ export class DeliveryRecords {
    * later (none after the last). Counted attempts only: a failure before anything reached
    * the receiver's network is not an attempt and is never recorded here. Idempotent: an
    * attempt another executor already closed as interrupted takes this real outcome instead,
-   * unless a later attempt was sent meanwhile.
+   * unless a later attempt was sent meanwhile. One statement writes the attempt's row and
+   * the delivery's together, or neither.
    */
   async recordOutcome(
     em: EntityManager,
@@ -554,52 +627,27 @@ export class DeliveryRecords {
     startedAt: Date,
     outcome: { status: number | null; error: string | null },
   ): Promise<RecordedOutcome> {
-    return em.transactional(async (tx) => {
-      const k = db(tx);
-      const now = new Date(this.now());
-      // Looked at before closing: once a later attempt was sent, this one stays as its successor found it.
-      const later = await k
-        .selectFrom('delivery_attempts')
-        .select('attempt')
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('attempt', '>', attempt)
-        .where('dispatched_at', 'is not', null)
-        .executeTakeFirst();
-      if (later) return { kind: 'superseded' };
-      const closed = await k
-        .updateTable('delivery_attempts')
-        .set({ finished_at: now, response_status: outcome.status, error: outcome.error })
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('attempt', '=', attempt)
-        .where('started_at', '=', startedAt)
-        .where((eb) => eb.or([eb('finished_at', 'is', null), eb('error', '=', INTERRUPTED_ATTEMPT)]))
-        .executeTakeFirst();
-      if (Number(closed.numUpdatedRows) === 0) return { kind: 'superseded' };
+    const [recorded] = await this.recordOutcomes(em, [{ ref, attempt, startedAt, ...outcome }]);
+    return recorded!;
+  }
 
-      const done = { lease_until: null, lease_owner: null, updated_at: now, last_response_status: outcome.status };
-      if (outcome.error === null) {
-        await k
-          .updateTable('webhook_deliveries')
-          .set({ ...done, status: 'delivered', attempt_count: attempt, delivered_at: now, last_error: null, next_attempt_at: null })
-          .where('id', '=', ref.deliveryId)
-          .where('status', 'in', OPEN_STATUSES)
-          .execute();
-        return { kind: 'delivered', sent: attempt };
-      }
-      const exhausted = attempt >= MAX_ATTEMPTS;
-      await k
-        .updateTable('webhook_deliveries')
-        .set({
-          ...done,
-          status: 'retrying',
-          attempt_count: attempt,
-          last_error: outcome.error,
-          next_attempt_at: exhausted ? null : new Date(now.getTime() + this.interval),
-        })
-        .where('id', '=', ref.deliveryId)
-        .where('status', 'in', OPEN_STATUSES)
-        .execute();
-      return { kind: 'retrying', sent: attempt, exhausted };
+  /**
+   * recordOutcome for attempts of several deliveries (one each) in one statement: what a
+   * group commit of concurrent attempts writes. One answer per attempt, in their order.
+   */
+  async recordOutcomes(em: EntityManager, outcomes: AttemptResultRecord[]): Promise<RecordedOutcome[]> {
+    const now = new Date(this.now());
+    const rows = await this.outcome.execute(db(em), {
+      now,
+      next: new Date(now.getTime() + this.interval),
+      ...attemptColumns(outcomes),
+      status: outcomes.map((o) => o.status),
+      error: outcomes.map((o) => o.error),
+    });
+    const closed = new Set(rows.map((r) => r.delivery_id));
+    return outcomes.map((o): RecordedOutcome => {
+      if (!closed.has(o.ref.deliveryId)) return { kind: 'superseded' };
+      return o.error === null ? { kind: 'delivered', sent: o.attempt } : { kind: 'retrying', sent: o.attempt, exhausted: o.attempt >= MAX_ATTEMPTS };
     });
   }
 
@@ -608,7 +656,7 @@ export class DeliveryRecords {
     const now = new Date(this.now());
     await db(em)
       .updateTable('webhook_deliveries')
-      .set({ status: 'held', next_attempt_at: new Date(now.getTime() + this.interval), lease_until: null, lease_owner: null, updated_at: now })
+      .set(heldColumns(now, new Date(now.getTime() + this.interval)))
       .where('id', '=', ref.deliveryId)
       .where('status', 'in', OPEN_STATUSES)
       .execute();
@@ -616,10 +664,9 @@ export class DeliveryRecords {
 
   /** The endpoint is missing or disabled: the delivery fails at once with the reason, never retried. */
   async fail(em: EntityManager, ref: DeliveryRef, reason: string): Promise<void> {
-    const now = new Date(this.now());
     await db(em)
       .updateTable('webhook_deliveries')
-      .set({ status: 'failed', last_error: reason, next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now })
+      .set(failedColumns(new Date(this.now()), reason))
       .where('id', '=', ref.deliveryId)
       .where('status', 'in', OPEN_STATUSES)
       .execute();
@@ -789,6 +836,276 @@ export class DeliveryRecords {
   ): Promise<ListedDelivery[]> {
     return where(listedQuery(db(em))).execute();
   }
+}
+
+/** What the statement behind beginAttempt and claimDue is executed with. */
+interface BeginParams {
+  now: Date;
+  heldUntil: Date;
+  /** beginAttempt: the delivery. */
+  deliveryId: string | null;
+  organizationId: string | null;
+  /** claimDue: the lease, how many and which not. */
+  leaseUntil: Date | null;
+  owner: string | null;
+  limit: number;
+  busy: string[];
+}
+
+/**
+ * The statement behind beginAttempt (`claim` false: one delivery by reference) and claimDue:
+ * locks the delivery rows, decides for each what its attempt may do, and writes what it
+ * decided: failed, held, or the attempt's row (and a claim's lease).
+ */
+function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
+  return k
+    .with('locked', (w) =>
+      w
+        .selectFrom('webhook_deliveries as d')
+        .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
+        .select([
+          'd.id',
+          'd.organization_id',
+          'd.endpoint_id as delivery_endpoint_id',
+          'd.event_id',
+          'd.status',
+          'd.attempt_count',
+          'd.last_response_status',
+          'd.payload',
+          'e.id as endpoint_id',
+          'e.url',
+          'e.secret_key_id',
+          'e.secret_ciphertext',
+        ])
+        .select((eb) =>
+          sql<AttemptDecision>`case
+            when d.status in ('delivered', 'failed', 'dead_lettered') then d.status::text
+            when d.xmin::text <> (select s.xmin::text from webhook_deliveries s where s.id = d.id) then 'takeover'
+            when exists (select 1 from delivery_attempts a where a.delivery_id = d.id and a.finished_at is null and a.dispatched_at is not null) then 'takeover'
+            when e.id is null then 'endpoint_missing'
+            when e.disabled_at is not null then 'endpoint_disabled'
+            when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
+            when ${stoppedBy(eb.ref('d.organization_id'))} then 'held'
+            else 'send'
+          end`.as('decision'),
+        )
+        .$call((q) => {
+          if (!claim) return q.where('d.id', '=', p.deliveryId!).where('d.organization_id', '=', p.organizationId!).forUpdate('d');
+          return q
+            .where('d.status', 'in', OPEN_STATUSES)
+            .where('d.next_attempt_at', '<=', p.now)
+            .where((w) => w.or([w('d.lease_until', 'is', null), w('d.lease_until', '<', p.now)]))
+            .where(sql<boolean>`d.id <> all(${p.busy}::uuid[])`)
+            .orderBy('d.next_attempt_at')
+            .limit(p.limit)
+            .forUpdate('d')
+            .skipLocked();
+        }),
+    )
+    .with('leased', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('locked')
+        .set({ lease_until: p.leaseUntil, lease_owner: p.owner })
+        .whereRef('webhook_deliveries.id', '=', 'locked.id')
+        // beginAttempt works under the lease (or the Temporal activity) its caller holds already.
+        .where(sql<boolean>`${claim}::boolean`)
+        // Failing or holding a delivery gives its lease back.
+        .where('locked.decision', 'not in', ['endpoint_missing', 'endpoint_disabled', 'held'])
+        .returning('webhook_deliveries.id'),
+    )
+    .with('failed', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('locked')
+        .set(failedColumns(p.now, sql<string>`case when locked.decision = 'endpoint_missing' then ${ENDPOINT_MISSING} else ${ENDPOINT_DISABLED} end`))
+        .whereRef('webhook_deliveries.id', '=', 'locked.id')
+        .where('locked.decision', 'in', ['endpoint_missing', 'endpoint_disabled'])
+        .returning('webhook_deliveries.id'),
+    )
+    .with('held', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('locked')
+        .set(heldColumns(p.now, p.heldUntil))
+        .whereRef('webhook_deliveries.id', '=', 'locked.id')
+        .where('locked.decision', '=', 'held')
+        .returning('webhook_deliveries.id'),
+    )
+    .with('started', (w) =>
+      w
+        .insertInto('delivery_attempts')
+        .columns(['delivery_id', 'attempt', 'started_at'])
+        .expression(
+          w
+            .selectFrom('locked')
+            .select(['locked.id', sql<number>`locked.attempt_count + 1`.as('attempt'), sql<Date>`${p.now}::timestamptz`.as('started_at')])
+            .where('locked.decision', '=', 'send'),
+        )
+        // An attempt row its worker never sent from (it died while connecting) is taken over.
+        .onConflict((oc) =>
+          oc
+            .columns(['delivery_id', 'attempt'])
+            .doUpdateSet({ started_at: p.now })
+            .where('delivery_attempts.dispatched_at', 'is', null)
+            .where('delivery_attempts.finished_at', 'is', null),
+        )
+        .returning(['delivery_id', 'attempt']),
+    )
+    .selectFrom('locked')
+    .leftJoin('started', 'started.delivery_id', 'locked.id')
+    .selectAll('locked')
+    .select('started.attempt as started');
+}
+
+/** What a begun row means for its attempt; null when beginAttempt's transaction must decide. */
+function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
+  switch (row.decision) {
+    case 'delivered':
+      return { kind: 'delivered', attempt: row.attempt_count, status: row.last_response_status ?? 200 };
+    case 'failed':
+      return { kind: 'gone', reason: 'The delivery already failed.' };
+    case 'dead_lettered':
+    case 'exhausted':
+      return { kind: 'exhausted', sent: row.attempt_count };
+    case 'endpoint_missing':
+      return { kind: 'gone', reason: ENDPOINT_MISSING };
+    case 'endpoint_disabled':
+      return { kind: 'gone', reason: ENDPOINT_DISABLED };
+    case 'held':
+      return { kind: 'held', sent: row.attempt_count };
+    case 'takeover':
+      return null;
+    case 'send':
+      // Null: the attempt's row was closed or sent by another executor after all.
+      if (row.started === null) return null;
+      return {
+        kind: 'send',
+        attempt: row.started,
+        startedAt: now,
+        url: row.url!,
+        payload: row.payload,
+        endpointId: row.endpoint_id!,
+        secretKeyId: row.secret_key_id!,
+        secretCiphertext: Buffer.from(row.secret_ciphertext!),
+      };
+  }
+}
+
+/** A delivery held by a kill switch until `until` (or its release): what hold and beginAttempt write. */
+function heldColumns(now: Date, until: Date) {
+  return { status: 'held', next_attempt_at: until, lease_until: null, lease_owner: null, updated_at: now } as const;
+}
+
+/** A delivery failed for good, with its reason: what fail and beginAttempt write. */
+function failedColumns(now: Date, reason: string | Expression<string>) {
+  return { status: 'failed', last_error: reason, next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now } as const;
+}
+
+/** Attempts column by column: one parameter each, however many attempts. */
+interface AttemptColumns {
+  ids: string[];
+  attempts: number[];
+  starts: string[];
+}
+
+function attemptColumns(keys: AttemptKey[]): AttemptColumns {
+  return { ids: keys.map((k) => k.ref.deliveryId), attempts: keys.map((k) => k.attempt), starts: keys.map((k) => k.startedAt.toISOString()) };
+}
+
+/** Attempts as a table `v` (delivery_id, attempt, started_at). */
+function attemptKeys(p: AttemptColumns) {
+  return sql<{ delivery_id: string; attempt: number; started_at: Date }>`(select * from unnest(${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[])
+    as v(delivery_id, attempt, started_at))`.as('v');
+}
+
+/** Attempts with their results as a table `v` (delivery_id, attempt, started_at, response_status, error). */
+function attemptResults(p: AttemptColumns & { status: (number | null)[]; error: (string | null)[] }) {
+  return sql<{ delivery_id: string; attempt: number; started_at: Date; response_status: number | null; error: string | null }>`(select * from unnest(
+    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[]
+  ) as v(delivery_id, attempt, started_at, response_status, error))`.as('v');
+}
+
+/** markAllDispatched's statement. */
+function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date }) {
+  return k
+    .with('marked', (w) =>
+      w
+        .updateTable('delivery_attempts as a')
+        .from(attemptKeys(p))
+        .set({ dispatched_at: p.now })
+        .whereRef('a.delivery_id', '=', 'v.delivery_id')
+        .whereRef('a.attempt', '=', 'v.attempt')
+        .whereRef('a.started_at', '=', 'v.started_at')
+        .where('a.dispatched_at', 'is', null)
+        .where('a.finished_at', 'is', null)
+        .where((eb) =>
+          eb.exists(
+            eb
+              .selectFrom('webhook_deliveries as d')
+              .select('d.id')
+              .whereRef('d.id', '=', 'v.delivery_id')
+              .where('d.status', 'in', OPEN_STATUSES)
+              .where((s) => s.not(stoppedBy(s.ref('d.organization_id')))),
+          ),
+        )
+        .returning(['a.delivery_id', 'a.attempt']),
+    )
+    .updateTable('webhook_deliveries')
+    .from('marked')
+    .set({ attempt_count: sql<number>`marked.attempt`, updated_at: p.now })
+    .whereRef('webhook_deliveries.id', '=', 'marked.delivery_id')
+    .returning('webhook_deliveries.id');
+}
+
+/** recordOutcomes' statement: `next` is when a failed attempt's successor is due. */
+function outcomeStatement(k: Kysely<Tables>, p: AttemptColumns & { status: (number | null)[]; error: (string | null)[]; now: Date; next: Date }) {
+  return k
+    .with('closed', (w) =>
+      w
+        .updateTable('delivery_attempts as a')
+        .from(attemptResults(p))
+        .set({ finished_at: p.now, response_status: sql<number | null>`v.response_status`, error: sql<string | null>`v.error` })
+        .whereRef('a.delivery_id', '=', 'v.delivery_id')
+        .whereRef('a.attempt', '=', 'v.attempt')
+        .whereRef('a.started_at', '=', 'v.started_at')
+        .where((eb) => eb.or([eb('a.finished_at', 'is', null), eb('a.error', '=', INTERRUPTED_ATTEMPT)]))
+        // Once a later attempt was sent, this one stays as its successor found it.
+        .where((eb) =>
+          eb.not(
+            eb.exists(
+              eb
+                .selectFrom('delivery_attempts as later')
+                .select('later.attempt')
+                .whereRef('later.delivery_id', '=', 'v.delivery_id')
+                .whereRef('later.attempt', '>', 'v.attempt')
+                .where('later.dispatched_at', 'is not', null),
+            ),
+          ),
+        )
+        .returning(['a.delivery_id', 'a.attempt', 'a.response_status', 'a.error']),
+    )
+    .with('recorded', (w) =>
+      w
+        .updateTable('webhook_deliveries')
+        .from('closed')
+        .set({
+          status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' else 'retrying' end`,
+          attempt_count: sql<number>`closed.attempt`,
+          last_error: sql<string | null>`closed.error`,
+          last_response_status: sql<number | null>`closed.response_status`,
+          delivered_at: sql<Date | null>`case when closed.error is null then ${p.now}::timestamptz else webhook_deliveries.delivered_at end`,
+          next_attempt_at: sql<Date | null>`case when closed.error is null or closed.attempt >= ${MAX_ATTEMPTS} then null else ${p.next}::timestamptz end`,
+          lease_until: null,
+          lease_owner: null,
+          updated_at: p.now,
+        })
+        .whereRef('webhook_deliveries.id', '=', 'closed.delivery_id')
+        .where('webhook_deliveries.status', 'in', OPEN_STATUSES)
+        .returning('webhook_deliveries.id'),
+    )
+    .selectFrom('closed')
+    .select('closed.delivery_id');
 }
 
 /** True while a kill switch stops the organization whose id the expression names. */

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { openDatabase, type MikroORM } from '../../src/db';
-import { DeliveryRecords, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type DeliveryRef } from '../../src/delivery';
+import { DeliveryRecords, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type ClaimOptions, type DeliveryRef } from '../../src/delivery';
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import { createTestDatabase } from '../support/databases';
 import {
@@ -73,6 +73,22 @@ async function withKillSwitch<T>(scope: string, body: () => Promise<T>): Promise
   }
 }
 
+/** Resolves once a session of this test's database waits for a lock another one holds. */
+async function untilWaitingForLock(): Promise<void> {
+  for (;;) {
+    const [row] = await em().execute<{ waiting: boolean }[]>(
+      'select exists (select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid where not l.granted and a.datname = current_database()) as waiting',
+    );
+    if (row!.waiting) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** What a claim took, as references (claimDue also begins their attempts: see its tests). */
+async function claim(options: ClaimOptions): Promise<DeliveryRef[]> {
+  return (await records.claimDue(em(), options)).map((c) => c.ref);
+}
+
 /** Claims return their rows in no particular order. */
 const byId = (refs: DeliveryRef[]) => [...refs].sort((a, b) => a.deliveryId.localeCompare(b.deliveryId));
 
@@ -141,7 +157,7 @@ describe('claimDue', () => {
     const { ref: notYet } = await fresh();
     clock = T0 + 5000;
 
-    const claimed = await records.claimDue(em(), { owner: 'instance-a', limit: 10, leaseMs: 15_000, busy: [] });
+    const claimed = await claim({ owner: 'instance-a', limit: 10, leaseMs: 15_000, busy: [] });
     expect(byId(claimed)).toEqual(byId([due, later]));
     for (const ref of [due, later]) {
       expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ lease_owner: 'instance-a', lease_until: T0 + 5000 + 15_000 });
@@ -155,24 +171,24 @@ describe('claimDue', () => {
       refs.push((await fresh()).ref);
       clock += 1;
     }
-    expect(byId(await records.claimDue(em(), { owner: 'a', limit: 2, leaseMs: 15_000, busy: [] }))).toEqual(byId(refs.slice(0, 2)));
-    expect(await records.claimDue(em(), { owner: 'a', limit: 0, leaseMs: 15_000, busy: [] })).toEqual([]);
+    expect(byId(await claim({ owner: 'a', limit: 2, leaseMs: 15_000, busy: [] }))).toEqual(byId(refs.slice(0, 2)));
+    expect(await claim({ owner: 'a', limit: 0, leaseMs: 15_000, busy: [] })).toEqual([]);
   });
 
   it('leaves a leased delivery to its owner until the lease lapses', async () => {
     const { ref } = await fresh();
-    expect(await records.claimDue(em(), { owner: 'a', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([ref]);
+    expect(await claim({ owner: 'a', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([ref]);
     clock += 14_999;
-    expect(await records.claimDue(em(), { owner: 'b', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([]);
+    expect(await claim({ owner: 'b', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([]);
     clock += 2;
-    expect(await records.claimDue(em(), { owner: 'b', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([ref]);
+    expect(await claim({ owner: 'b', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([ref]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ lease_owner: 'b' });
   });
 
   it('skips the deliveries its caller is already working on', async () => {
     const { ref: busy } = await fresh();
     const { ref: free } = await fresh();
-    expect(await records.claimDue(em(), { owner: 'a', limit: 10, leaseMs: 15_000, busy: [busy.deliveryId] })).toEqual([free]);
+    expect(await claim({ owner: 'a', limit: 10, leaseMs: 15_000, busy: [busy.deliveryId] })).toEqual([free]);
     expect(await storedDelivery(orm, busy.deliveryId)).toMatchObject({ lease_owner: null });
   });
 
@@ -185,19 +201,53 @@ describe('claimDue', () => {
       await other.query('begin');
       await other.query('select id from webhook_deliveries where id = $1 for update', [locked.deliveryId]);
       // Without SKIP LOCKED this claim would wait for the lock, past the test's timeout.
-      expect(await records.claimDue(em(), { owner: 'a', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([free]);
+      expect(await claim({ owner: 'a', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([free]);
       await other.query('rollback');
     } finally {
       await other.end();
     }
-    expect(await records.claimDue(em(), { owner: 'b', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([locked]);
+    expect(await claim({ owner: 'b', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([locked]);
+  });
+
+  it('begins the attempt of each delivery it claims, as beginAttempt would', async () => {
+    const { ref, endpointId } = await fresh();
+    const [claimed] = await records.claimDue(em(), { owner: 'a', limit: 10, leaseMs: 15_000, busy: [] });
+    expect(claimed).toEqual({ ref, start: expect.objectContaining({ kind: 'send', attempt: 1, startedAt: new Date(T0), url: 'https://hooks.example.com/in', endpointId }) });
+    expect(await storedAttempts(orm, ref.deliveryId)).toEqual([{ attempt: 1, started_at: T0, dispatched_at: null, finished_at: null, response_status: null, error: null }]);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'pending', attempt_count: 0, lease_owner: 'a' });
+  });
+
+  it('fails a delivery to a disabled endpoint and holds a switched-off one in the claim, leaving neither leased', async () => {
+    const { ref: gone } = await fresh({ disabled: true });
+    const { ref: held, organizationId } = await fresh();
+    await withKillSwitch(organizationId, async () => {
+      const claimed = await records.claimDue(em(), { owner: 'a', limit: 10, leaseMs: 15_000, busy: [] });
+      expect(claimed).toEqual(
+        expect.arrayContaining([
+          { ref: gone, start: { kind: 'gone', reason: 'The endpoint is disabled.' } },
+          { ref: held, start: { kind: 'held', sent: 0 } },
+        ]),
+      );
+      expect(await storedDelivery(orm, held.deliveryId)).toMatchObject({ status: 'held', next_attempt_at: T0 + RETRY_INTERVAL_MS, lease_owner: null });
+    });
+    expect(await storedDelivery(orm, gone.deliveryId)).toMatchObject({ status: 'failed', last_error: 'The endpoint is disabled.', lease_owner: null });
+    expect(await storedAttempts(orm, held.deliveryId)).toEqual([]);
+  });
+
+  it('leases but leaves to beginAttempt a delivery whose dispatched attempt never finished', async () => {
+    const { ref } = await fresh();
+    await dispatched(ref);
+    await em().execute('update webhook_deliveries set next_attempt_at = ? where id = ?', [new Date(T0), ref.deliveryId]);
+    expect(await records.claimDue(em(), { owner: 'a', limit: 10, leaseMs: 15_000, busy: [] })).toEqual([{ ref, start: null }]);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ lease_owner: 'a' });
+    expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, dispatched_at: T0, finished_at: null })]);
   });
 
   it('never gives one delivery to two concurrent claims', async () => {
     const refs = [];
     for (let i = 0; i < 30; i++) refs.push((await fresh()).ref);
     const claims = await Promise.all(
-      ['a', 'b', 'c'].map((owner) => records.claimDue(em(), { owner, limit: 30, leaseMs: 15_000, busy: [] })),
+      ['a', 'b', 'c'].map((owner) => claim({ owner, limit: 30, leaseMs: 15_000, busy: [] })),
     );
     const ids = claims.flat().map((r) => r.deliveryId);
     expect(new Set(ids).size).toBe(ids.length);
@@ -215,7 +265,7 @@ describe('renewLease and releaseLease', () => {
 
   it('renews and releases for the owner only', async () => {
     const { ref } = await fresh();
-    await records.claimDue(em(), { owner: 'a', limit: 10, leaseMs: 15_000, busy: [] });
+    await claim({ owner: 'a', limit: 10, leaseMs: 15_000, busy: [] });
     clock += 10_000;
     expect(await records.renewLease(em(), ref.deliveryId, 'b', 15_000)).toBe(false);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ lease_owner: 'a', lease_until: T0 + 15_000 });
@@ -286,6 +336,28 @@ describe('beginAttempt', () => {
       expect.objectContaining({ attempt: 2, started_at: clock, dispatched_at: null, finished_at: null }),
     ]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'retrying', attempt_count: 1, next_attempt_at: clock });
+  });
+
+  it('sees an attempt dispatched while it waited for the row: closes it as interrupted instead of sending the next', async () => {
+    const { ref } = await fresh();
+    const first = await records.beginAttempt(em(), ref);
+    if (first.kind !== 'send') throw new Error('not sendable');
+    const other = new Client({ connectionString: databaseUrl });
+    await other.connect();
+    try {
+      // Another executor marks attempt 1 dispatched and holds the row until it commits.
+      await other.query('begin');
+      await other.query('update webhook_deliveries set attempt_count = 1 where id = $1', [ref.deliveryId]);
+      await other.query('update delivery_attempts set dispatched_at = $2 where delivery_id = $1 and attempt = 1', [ref.deliveryId, new Date(T0)]);
+      clock += 5000;
+      const begun = records.beginAttempt(em(), ref);
+      await untilWaitingForLock();
+      await other.query('commit');
+      expect(await begun).toEqual({ kind: 'wait', until: new Date(T0 + RETRY_INTERVAL_MS), sent: 1 });
+    } finally {
+      await other.end();
+    }
+    expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, dispatched_at: T0, finished_at: T0 + 5000, error: INTERRUPTED_ATTEMPT })]);
   });
 
   it('holds the delivery without using an attempt while its organization is switched off', async () => {
@@ -393,7 +465,7 @@ describe('markDispatched', () => {
 describe('recordOutcome', () => {
   it('records a delivery', async () => {
     const { ref } = await fresh();
-    await records.claimDue(em(), { owner: 'a', limit: 100, leaseMs: 15_000, busy: [] });
+    await claim({ owner: 'a', limit: 100, leaseMs: 15_000, busy: [] });
     const { attempt, startedAt } = await dispatched(ref);
     clock += 120;
     expect(await records.recordOutcome(em(), ref, attempt, startedAt, { status: 200, error: null })).toEqual({ kind: 'delivered', sent: 1 });
@@ -478,10 +550,52 @@ describe('recordOutcome', () => {
   });
 });
 
+describe('markAllDispatched and recordOutcomes (several deliveries in one statement)', () => {
+  it('counts each attempt that may go, refuses the one whose delivery finished, and answers in order', async () => {
+    const [a, b, c] = [(await fresh()).ref, (await fresh()).ref, (await fresh()).ref];
+    const starts = [];
+    for (const ref of [a!, b!, c!]) {
+      const start = await records.beginAttempt(em(), ref);
+      if (start.kind !== 'send') throw new Error('not sendable');
+      starts.push({ ref, attempt: start.attempt, startedAt: start.startedAt });
+    }
+    await records.fail(em(), b!, 'The endpoint is disabled.');
+    clock += 7;
+    expect(await records.markAllDispatched(em(), starts)).toEqual([true, false, true]);
+    expect(await storedAttempts(orm, a!.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, dispatched_at: T0 + 7 })]);
+    expect(await storedAttempts(orm, b!.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, dispatched_at: null })]);
+    expect(await storedDelivery(orm, c!.deliveryId)).toMatchObject({ attempt_count: 1 });
+    expect(await storedDelivery(orm, b!.deliveryId)).toMatchObject({ status: 'failed', attempt_count: 0 });
+  });
+
+  it('records each outcome, delivered or retrying, and supersedes an attempt already closed', async () => {
+    const [a, b, c] = [(await fresh()).ref, (await fresh()).ref, (await fresh()).ref];
+    const sent = await Promise.all([a!, b!, c!].map(async (ref) => ({ ref, ...(await dispatched(ref)) })));
+    await records.recordOutcome(em(), c!, sent[2]!.attempt, sent[2]!.startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
+    clock += 40;
+    expect(
+      await records.recordOutcomes(em(), [
+        { ...sent[0]!, status: 200, error: null },
+        { ...sent[1]!, status: 503, error: 'The endpoint answered HTTP 503.' },
+        { ...sent[2]!, status: 200, error: null },
+      ]),
+    ).toEqual([{ kind: 'delivered', sent: 1 }, { kind: 'retrying', sent: 1, exhausted: false }, { kind: 'superseded' }]);
+    expect(await storedDelivery(orm, a!.deliveryId)).toMatchObject({ status: 'delivered', attempt_count: 1, delivered_at: T0 + 40, last_response_status: 200, next_attempt_at: null });
+    expect(await storedDelivery(orm, b!.deliveryId)).toMatchObject({
+      status: 'retrying',
+      delivered_at: null,
+      last_error: 'The endpoint answered HTTP 503.',
+      last_response_status: 503,
+      next_attempt_at: T0 + 40 + RETRY_INTERVAL_MS,
+    });
+    expect(await storedDelivery(orm, c!.deliveryId)).toMatchObject({ status: 'retrying', last_response_status: 500 });
+  });
+});
+
 describe('hold and fail', () => {
   it('hold: held for one interval, lease given back, no attempt used', async () => {
     const { ref } = await fresh();
-    await records.claimDue(em(), { owner: 'a', limit: 100, leaseMs: 15_000, busy: [] });
+    await claim({ owner: 'a', limit: 100, leaseMs: 15_000, busy: [] });
     await records.hold(em(), ref);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({
       status: 'held',
