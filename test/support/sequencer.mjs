@@ -11,13 +11,13 @@ const LONGEST_FIRST = [
   'test/robustness/hostile-rest.test.ts',
   'test/db/embedded.test.ts',
   'test/delivery/engine-retries.test.ts',
-  'test/robustness/isolation.test.ts',
-  'test/server/listener.test.ts',
+  'test/webhooks/limits.test.ts',
+  'test/docs/readme.test.ts',
+  'test/robustness/state-tokens.test.ts',
   'test/delivery/database-outage.test.ts',
   'test/delivery/workflow-versioning.test.ts',
-  'test/delivery/temporal-unreachable.test.ts',
   'test/connections/slow-provider.test.ts',
-  'test/events/fan-out.test.ts',
+  'test/delivery/temporal-unreachable.test.ts',
 ];
 
 export default class LongestFirst extends Sequencer {
