@@ -65,7 +65,7 @@ describe('the development database default', () => {
 
     /** Stops the owner as the service stops, once; the cases after it find the directory unowned. */
     async function stop(): Promise<void> {
-      if (owner.exitCode !== null) return;
+      if (owner.exitCode !== null || owner.signalCode !== null) return;
       const exited = new Promise((resolve) => owner.once('exit', resolve));
       owner.stdin.write('stop\n');
       await exited;
