@@ -11,6 +11,7 @@ module.exports = {
   // MikroORM and kysely ship ESM only; let swc compile them for jest's CommonJS runtime.
   transformIgnorePatterns: ['/node_modules/(?!(@mikro-orm|kysely)/)'],
   moduleFileExtensions: ['ts', 'js', 'mjs', 'json'],
+  testSequencer: '<rootDir>/test/support/sequencer.mjs',
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   testTimeout: 30000,

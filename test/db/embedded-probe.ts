@@ -3,8 +3,9 @@
  * import that jest's module sandbox cannot run), with no PostgreSQL answering:
  *
  *   migrate <dataDir> <port>   resolves the development database, migrates it, prints one JSON line
- *   serve <dataDir> <port>     as the service does: owns it, prints {"ready":true,"pid":...}, and on a line on
- *                              stdin prints the organizations it sees and stops
+ *   serve <dataDir> <port>     as the service does: owns it, migrates it, prints {"ready":true,"pid":...} with
+ *                              what migrate prints; then per line on stdin: "report" prints the
+ *                              organizations it sees, "stop" stops it
  *   join <dataDir> <port>      as a CLI does while the service runs: writes an organization
  *   own <dataDir> <port>       as a second service would: prints the refusal
  *   limiter <dataDir> <port>   takes from the webhook bucket, lets the pool drop its idle
@@ -14,8 +15,6 @@ import { createInterface } from 'node:readline';
 import { Pool } from 'pg';
 import pino from 'pino';
 import { openDatabase, migrate, resolveDatabaseUrl, OrganizationSchema } from '../../src/db';
-import { WebhookRateLimiter } from '../../src/webhooks';
-import { createOrganization } from '../../src/auth';
 
 async function main(): Promise<void> {
   const [mode, dataDir, port] = process.argv.slice(2);
@@ -34,21 +33,30 @@ async function main(): Promise<void> {
   const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
   try {
     const applied = await migrate(orm);
+    const migrated = async () => ({
+      messages,
+      applied,
+      rows: await orm.em.fork().execute<{ n: number }[]>('select count(*)::int as n from webhook_deliveries'),
+    });
     if (mode === 'migrate') {
-      const rows = await orm.em.fork().execute<{ n: number }[]>('select count(*)::int as n from webhook_deliveries');
-      print({ messages, applied, rows });
+      print(await migrated());
     } else if (mode === 'serve') {
-      print({ ready: true, pid: process.pid });
+      print({ ready: true, pid: process.pid, ...(await migrated()) });
       const lines = createInterface({ input: process.stdin });
-      await new Promise((resolve) => lines.once('line', resolve));
+      while ((await new Promise((resolve) => lines.once('line', resolve))) !== 'stop') {
+        const organizations = await orm.em.fork().find(OrganizationSchema, {});
+        print({ organizations: organizations.map((o) => o.name) });
+      }
       lines.close();
-      const organizations = await orm.em.fork().find(OrganizationSchema, {});
-      print({ organizations: organizations.map((o) => o.name) });
     } else if (mode === 'join') {
+      // Loaded by the mode that uses it only: each mode is a process of its own, which loading
+      // src/auth or src/webhooks would keep busy longer than the mode itself.
+      const { createOrganization } = await import('../../src/auth');
       await createOrganization(orm.em.fork(), { name: 'Joined', plan: 'scale' });
       print({ messages });
     } else if (mode === 'limiter') {
       const pool = new Pool({ connectionString: database.url, max: 1, idleTimeoutMillis: 10 });
+      const { WebhookRateLimiter } = await import('../../src/webhooks');
       const limiter = new WebhookRateLimiter(pool);
       const first = await limiter.take('org');
       // The idle connection goes; the next take runs on a new one, on the same PGlite session.

@@ -1,9 +1,9 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { resolveDatabaseUrl } from '../../src/db';
 import { MIGRATION_NAMES } from '../../src/db/orm';
@@ -35,63 +35,91 @@ describe('the development database default', () => {
   });
   afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-  it('falls back to embedded PGlite when no PostgreSQL answers, creating its directory, and runs the migrations on it', () => {
-    // A fresh checkout has no .data yet.
-    const dataDir = path.join(root, 'fresh', '.data');
-    const { stderr, outcome } = probe('migrate', dataDir, port);
-    expect(stderr).toBe('');
-    expect(outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
-    expect(outcome.applied).toEqual(MIGRATION_NAMES);
-    expect(outcome.rows).toEqual([{ n: 0 }]);
-    // Stopped: the lock is gone with its owner.
-    expect(existsSync(path.join(dataDir, 'pglite.lock'))).toBe(false);
-  }, 120_000);
+  /**
+   * One owner, started as the service starts, serves every case that only needs an owner
+   * running: starting PGlite on a fresh directory is most of what a case costs. The last
+   * cases stop it, and find the directory as a stopped or a dead owner leaves it.
+   */
+  describe('while a process owns it', () => {
+    let dataDir: string;
+    let owner: ChildProcessWithoutNullStreams;
+    let ready: any;
+    let ownerStderr = '';
+    let next: () => Promise<any>;
 
-  it('lets other processes use the running owner\'s database, and refuses a second owner', async () => {
-    const dataDir = path.join(root, 'shared');
-    const owner = spawn(process.execPath, [...PROBE, 'serve', dataDir, String(port)], { stdio: ['pipe', 'pipe', 'inherit'] });
-    const lines = createInterface({ input: owner.stdout });
-    const next = () => new Promise<any>((resolve, reject) => {
-      lines.once('line', (line) => resolve(JSON.parse(line)));
-      owner.once('exit', (code) => reject(new Error(`the owner exited with ${code}`)));
+    beforeAll(async () => {
+      // A fresh checkout has no .data yet.
+      dataDir = path.join(root, 'owned', '.data');
+      owner = spawn(process.execPath, [...PROBE, 'serve', dataDir, String(port)]);
+      owner.stderr.on('data', (chunk: Buffer) => (ownerStderr += chunk.toString('utf8')));
+      const lines = createInterface({ input: owner.stdout });
+      next = () => new Promise<any>((resolve, reject) => {
+        lines.once('line', (line) => resolve(JSON.parse(line)));
+        owner.once('exit', (code) => reject(new Error(`the owner exited with ${code}: ${ownerStderr}`)));
+      });
+      ready = await next();
+    }, 120_000);
+    afterAll(() => {
+      owner?.kill('SIGKILL');
     });
-    try {
-      expect(await next()).toEqual({ ready: true, pid: owner.pid });
 
+    /** Stops the owner as the service stops, once; the cases after it find the directory unowned. */
+    async function stop(): Promise<void> {
+      if (owner.exitCode !== null || owner.signalCode !== null) return;
+      const exited = new Promise((resolve) => owner.once('exit', resolve));
+      owner.stdin.write('stop\n');
+      await exited;
+    }
+
+    it('falls back to embedded PGlite when no PostgreSQL answers, creating its directory, and runs the migrations on it', () => {
+      expect(ready).toMatchObject({ ready: true, pid: owner.pid });
+      expect(ready.messages).toContain('no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
+      expect(ready.applied).toEqual(MIGRATION_NAMES);
+      expect(ready.rows).toEqual([{ n: 0 }]);
+      expect(ownerStderr).toBe('');
+    });
+
+    it('lets other processes use the running owner\'s database', async () => {
       const joined = probe('join', dataDir, port);
       expect(joined.stderr).toBe('');
       expect(joined.outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using the embedded PGlite served by another process');
-
-      const second = probe('own', dataDir, port);
-      expect(second.outcome.refused).toMatch(new RegExp(`is in use by process ${owner.pid}; stop that process first, or set DATABASE_URL`));
-
       // What the other process wrote is in the owner's database.
       const seen = next();
       owner.stdin.write('report\n');
       expect(await seen).toEqual({ organizations: ['Joined'] });
-      await new Promise((resolve) => owner.once('exit', resolve));
+    }, 120_000);
+
+    it('refuses a second owner', () => {
+      const second = probe('own', dataDir, port);
+      expect(second.outcome.refused).toMatch(new RegExp(`is in use by process ${owner.pid}; stop that process first, or set DATABASE_URL`));
+    }, 120_000);
+
+    it('keeps counting the webhook bucket after the pool replaced an idle connection on the one PGlite session', () => {
+      const { stderr, outcome } = probe('limiter', dataDir, port);
+      expect(stderr).toBe('');
+      expect(outcome.remaining).toEqual(['299', '298']);
+    }, 120_000);
+
+    it('removes its lock when it stops', async () => {
+      await stop();
       expect(owner.exitCode).toBe(0);
+      expect(ownerStderr).toBe('');
       expect(existsSync(path.join(dataDir, 'pglite.lock'))).toBe(false);
-    } finally {
-      owner.kill('SIGKILL');
-    }
-  }, 120_000);
+    }, 120_000);
 
-  it('takes over the lock of an owner that died without removing it', () => {
-    const dataDir = path.join(root, 'stale');
-    const dead = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
-    mkdirSync(dataDir, { recursive: true });
-    writeFileSync(path.join(dataDir, 'pglite.lock'), JSON.stringify({ pid: Number(dead.stdout), address: '127.0.0.1:1' }));
-    const { stderr, outcome } = probe('migrate', dataDir, port);
-    expect(stderr).toBe('');
-    expect(outcome.rows).toEqual([{ n: 0 }]);
-  }, 120_000);
-
-  it('keeps counting the webhook bucket after the pool replaced an idle connection on the one PGlite session', () => {
-    const { stderr, outcome } = probe('limiter', path.join(root, 'limiter'), port);
-    expect(stderr).toBe('');
-    expect(outcome.remaining).toEqual(['299', '298']);
-  }, 120_000);
+    it('is taken over by the next process when its owner died without removing the lock', async () => {
+      await stop();
+      const dead = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
+      writeFileSync(path.join(dataDir, 'pglite.lock'), JSON.stringify({ pid: Number(dead.stdout), address: '127.0.0.1:1' }));
+      const { stderr, outcome } = probe('migrate', dataDir, port);
+      expect(stderr).toBe('');
+      expect(outcome.messages).toContain('no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
+      // The dead owner's database, migrated already.
+      expect(outcome.applied).toEqual([]);
+      expect(outcome.rows).toEqual([{ n: 0 }]);
+      expect(existsSync(path.join(dataDir, 'pglite.lock'))).toBe(false);
+    }, 120_000);
+  });
 
   it('uses DATABASE_URL as given when it is set', async () => {
     const logger = pino({ level: 'silent' });

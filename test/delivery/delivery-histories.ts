@@ -1,3 +1,6 @@
+import { createHash } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import {
   bundleWorkflowCode,
@@ -13,6 +16,7 @@ import { workflowIdFor } from '../../src/delivery/workflow-id';
 import { ATTEMPT_ACTIVITY_OPTIONS, DEAD_LETTER_ACTIVITY_OPTIONS } from '../../workflows/delivery';
 import type { CommandSinks } from './fixtures/command-recorder';
 import { HistoryBuilder, type WorkflowStart } from './history-builder';
+import { workflowBundleDir } from '../support/databases';
 
 /** The delivery every replay history is about. */
 export const ref: DeliveryRef = { deliveryId: 'dlv_01', organizationId: 'org_01', endpointId: 'end_01', eventId: 'evt_01' };
@@ -49,18 +53,37 @@ export interface RecordedCommands {
 
 const bundles = new Map<string, Promise<WorkflowBundle>>();
 
-/** One bundle per workflow module: bundling takes seconds, replaying milliseconds. */
+/**
+ * One bundle per workflow module and run: bundling takes seconds, replaying milliseconds.
+ * The suites of one run share it through a directory named after the run's template
+ * database (the workflow code cannot change under a run); global teardown removes it.
+ */
 function bundleFor(workflowsPath: string): Promise<WorkflowBundle> {
   let bundle = bundles.get(workflowsPath);
   if (!bundle) {
-    bundle = bundleWorkflowCode({
-      workflowsPath,
-      workflowInterceptorModules: [require.resolve('./fixtures/command-recorder')],
-      logger: new DefaultLogger('ERROR'),
-    });
+    bundle = sharedBundle(workflowsPath);
     bundles.set(workflowsPath, bundle);
   }
   return bundle;
+}
+
+async function sharedBundle(workflowsPath: string): Promise<WorkflowBundle> {
+  const file = path.join(workflowBundleDir(), `${createHash('sha256').update(workflowsPath).digest('hex').slice(0, 16)}.js`);
+  try {
+    return { code: await readFile(file, 'utf8') };
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
+  const built = await bundleWorkflowCode({
+    workflowsPath,
+    workflowInterceptorModules: [require.resolve('./fixtures/command-recorder')],
+    logger: new DefaultLogger('ERROR'),
+  });
+  // Written aside and renamed: a suite reading it meanwhile sees all of it or none.
+  await mkdir(path.dirname(file), { recursive: true });
+  await writeFile(`${file}.${process.pid}`, built.code);
+  await rename(`${file}.${process.pid}`, file);
+  return built;
 }
 
 /** Replays a history against a workflow module (the production one by default) and returns the commands it issued. */

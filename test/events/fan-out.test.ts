@@ -1,16 +1,33 @@
 import { randomUUID } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
+import type { Client as TemporalClient, WorkflowStartOptions } from '@temporalio/client';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
 import { verifyWebhook } from '../../src/signatures';
 import { SecretBox, newSigningSecret } from '../../src/secrets';
+import { createOrganization } from '../../src/auth';
+import { openDatabase, type EntityManager, type MikroORM } from '../../src/db';
+import { createLogger } from '../../src/config/logger';
+import { EventPublisher, type PublishedEvent } from '../../src/events';
+import {
+  DeliveryRecords,
+  EmbeddedDeliveryEngine,
+  TemporalDeliveryEngine,
+  workflowIdFor,
+  type DeliveryAttempts,
+  type DeliveryRef,
+} from '../../src/delivery';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { createTestDatabase, type TestDatabase } from '../support/databases';
 import { client, rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 import { within } from '../support/within';
 
 const TOKEN = 'scheduler-token-0123456789abcdef0123456789';
+/** How many endpoints one publish fans out to: the contract's constant-statement promise is about this many. */
 const SUBSCRIBERS = 1000;
+/** How many of them the engine delivers end to end to the real receiver: the path is the same for each. */
+const DELIVERED_END_TO_END = 50;
 
 /**
  * Every statement each pooled connection sends, in order. The statements of one publish
@@ -51,18 +68,15 @@ let tenant: Tenant;
 beforeAll(async () => {
   const tls = await makeTestTls();
   receiver = await startHttpsReceiver({ tls });
-  t = await startTestApp(
-    {
-      INTERNAL_SERVICE_TOKENS: `scheduler:${TOKEN}`,
-      DELIVERY_EXTRA_CA_PEM: tls.caPem,
-      DELIVERY_POLL_INTERVAL_MS: '50',
-      DELIVERY_CONCURRENCY: '32',
-      // The receiver shares this process with the service: on a busy machine an answer can
-      // miss its deadline, and the retry it causes is at-least-once delivery, not a failure.
-      DELIVERY_TEST_RETRY_INTERVAL_MS: '200',
-    },
-    { orm: { driverOptions: { onPoolCreated: watch } } },
-  );
+  t = await startTestApp({
+    INTERNAL_SERVICE_TOKENS: `scheduler:${TOKEN}`,
+    DELIVERY_EXTRA_CA_PEM: tls.caPem,
+    DELIVERY_POLL_INTERVAL_MS: '50',
+    DELIVERY_CONCURRENCY: '32',
+    // The receiver shares this process with the service: on a busy machine an answer can
+    // miss its deadline, and the retry it causes is at-least-once delivery, not a failure.
+    DELIVERY_TEST_RETRY_INTERVAL_MS: '200',
+  });
   tenant = await t.tenant({ plan: 'command' });
 });
 afterAll(async () => {
@@ -70,8 +84,11 @@ afterAll(async () => {
   await receiver?.close();
 });
 
-/** Endpoints with real sealed secrets, written in one statement: the API would take 1,000 calls. */
-async function subscribe(count: number, eventNames: string[]): Promise<Map<string, string>> {
+/**
+ * Endpoints with real sealed secrets, written in one statement (the API would take 1,000
+ * calls), each at its own URL so that a received request names the endpoint it was for.
+ */
+async function subscribe(em: EntityManager, organizationId: string, count: number, eventNames: string[]): Promise<Map<string, string>> {
   const box = new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId);
   const secrets = new Map<string, string>();
   const rows = Array.from({ length: count }, () => {
@@ -80,13 +97,13 @@ async function subscribe(count: number, eventNames: string[]): Promise<Map<strin
     secrets.set(id, secret);
     return { id, sealed: box.seal(secret, id) };
   });
-  await t.orm.em.fork().execute(
+  await em.execute(
     `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
-     select id, ?, ?, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
+     select id, ?, ? || id::text, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
        from unnest(?::uuid[], ?::text[], ?::text[]) as r(id, key_id, sealed)`,
     [
-      tenant.organizationId,
-      `${receiver.url}/fan-out`,
+      organizationId,
+      `${receiver.url}/fan-out/`,
       `{${eventNames.join(',')}}`,
       `{${rows.map((r) => r.id).join(',')}}`,
       `{${rows.map((r) => r.sealed.keyId).join(',')}}`,
@@ -123,43 +140,120 @@ it('arrives at a real HTTPS receiver signed, with the documented body', async ()
   expect(Object.keys(JSON.parse(request!.rawBody))).toEqual(['id', 'type', 'createdAt', 'data']);
 });
 
-it(`records ${SUBSCRIBERS} deliveries in as many statements as one, and the embedded engine delivers every one`, async () => {
-  const publish = async (eventType: string) => {
-    const eventId = `evt_${randomUUID()}`;
-    const { event } = await client(EventService, t.url, 'grpc', TOKEN).publishEvent({ organizationId: tenant.organizationId, eventId, eventType, payload: { n: 1 } });
-    return { event: event!, statements: transactionOf(eventId) };
-  };
-  await subscribe(1, ['post.released']);
-  const secrets = await subscribe(SUBSCRIBERS, ['post.held']);
+it(`delivers a fan-out to each of ${DELIVERED_END_TO_END} endpoints, signed with that endpoint's own secret`, async () => {
+  const secrets = await subscribe(t.orm.em.fork(), tenant.organizationId, DELIVERED_END_TO_END, ['post.held']);
   const before = receiver.requests.length;
-
-  const one = await publish('post.released');
-  const many = await publish('post.held');
-  expect(one.event.deliveries).toHaveLength(1);
-  expect(many.event.deliveries).toHaveLength(SUBSCRIBERS);
-  expect(many.statements.length).toBeGreaterThan(2);
-  expect(many.statements.length).toBe(one.statements.length);
-  expect(many.statements.filter((s) => s.includes('insert into "webhook_deliveries"'))).toHaveLength(1);
+  const eventId = `evt_${randomUUID()}`;
+  const { event } = await client(EventService, t.url, 'grpc', TOKEN).publishEvent({ organizationId: tenant.organizationId, eventId, eventType: 'post.held', payload: { n: 1 } });
+  expect(event?.deliveries).toHaveLength(DELIVERED_END_TO_END);
 
   const allDelivered = await within(150_000, async () => {
-    const [row] = await t.orm.em.fork().execute<{ n: string }[]>(`select count(*) as n from webhook_deliveries where event_id = ? and status = 'delivered'`, [many.event.eventId]);
-    return Number(row!.n) === SUBSCRIBERS;
+    const [row] = await t.orm.em.fork().execute<{ n: string }[]>(`select count(*) as n from webhook_deliveries where event_id = ? and status = 'delivered'`, [eventId]);
+    return Number(row!.n) === DELIVERED_END_TO_END;
   });
   expect(allDelivered).toBe(true);
-  // Each endpoint got the event, signed with its own secret (a retried attempt may have sent it twice).
-  const held = receiver.requests.slice(before).filter((r) => JSON.parse(r.rawBody).id === many.event.eventId);
-  const signers = new Set(
-    held.map((r) =>
-      [...secrets].find(([, secret]) => {
-        try {
-          verifyWebhook(secret, r.headers, r.rawBody);
-          return true;
-        } catch {
-          return false;
-        }
-      })?.[0],
-    ),
-  );
-  expect(signers.has(undefined)).toBe(false);
-  expect(signers.size).toBe(SUBSCRIBERS);
+  // A retried attempt may have sent an event twice; each copy verifies with its endpoint's secret.
+  const held = receiver.requests.slice(before).filter((r) => JSON.parse(r.rawBody).id === eventId);
+  const reached = new Set<string>();
+  for (const request of held) {
+    const endpointId = request.path.slice('/fan-out/'.length);
+    expect(() => verifyWebhook(secrets.get(endpointId) ?? '', request.headers, request.rawBody)).not.toThrow();
+    reached.add(endpointId);
+  }
+  expect([...reached].sort()).toEqual([...secrets.keys()].sort());
 }, 180_000);
+
+/**
+ * The 1,000-endpoint publish, on a database of its own where no engine runs: what the
+ * Temporal engine starts and what the embedded engine claims are then this publish's
+ * deliveries alone, observed without sending 1,000 requests (the test above sends some).
+ */
+describe(`one publish to ${SUBSCRIBERS} subscribed endpoints`, () => {
+  let database: TestDatabase;
+  let orm: MikroORM;
+  let organizationId: string;
+  const logger = createLogger('silent');
+  /** What a Temporal server would have been asked to start. */
+  const workflowStarts: { workflowType: string; options: WorkflowStartOptions }[] = [];
+  const temporalClient = {
+    connection: { withDeadline: <R>(_deadline: number, fn: () => Promise<R>) => fn() },
+    workflow: {
+      async start(workflowType: string, options: WorkflowStartOptions) {
+        workflowStarts.push({ workflowType, options });
+        return { workflowId: options.workflowId };
+      },
+    },
+  } as unknown as TemporalClient;
+  const publisher = new EventPublisher({
+    deliveries: new DeliveryRecords(),
+    engine: new TemporalDeliveryEngine({ client: temporalClient, taskQueue: 'webhook-deliveries' }),
+    logger,
+    now: Date.now,
+  });
+  let one: { event: PublishedEvent; statements: string[] };
+  let many: { event: PublishedEvent; statements: string[] };
+
+  const publish = async (eventType: string) => {
+    const eventId = `evt_${randomUUID()}`;
+    const [event] = await publisher.publish(orm.em.fork(), [{ organizationId, eventId, eventType, payload: { n: 1 } }], 'scheduler');
+    return { event: event!, statements: transactionOf(eventId) };
+  };
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    orm = await openDatabase(database.url, { driverOptions: { onPoolCreated: watch } });
+    const em = orm.em.fork();
+    organizationId = (await createOrganization(em, { name: 'Fan-out', plan: 'command' })).id;
+    await subscribe(em, organizationId, 1, ['post.released']);
+    await subscribe(em, organizationId, SUBSCRIBERS, ['post.held']);
+    one = await publish('post.released');
+    many = await publish('post.held');
+  });
+  afterAll(async () => {
+    await orm?.close();
+    await database?.drop();
+  });
+
+  it('records its deliveries in as many statements as a publish to one endpoint', () => {
+    expect(one.event.deliveries).toHaveLength(1);
+    expect(many.event.deliveries).toHaveLength(SUBSCRIBERS);
+    expect(many.statements.length).toBeGreaterThan(2);
+    expect(many.statements.length).toBe(one.statements.length);
+    expect(many.statements.filter((s) => s.includes('insert into "webhook_deliveries"'))).toHaveLength(1);
+  });
+
+  it('starts a Temporal workflow for each delivery', () => {
+    const refOf = (deliveryId: string, endpointId: string): DeliveryRef => ({ deliveryId, organizationId, endpointId, eventId: many.event.eventId });
+    const forMany = new Map(
+      workflowStarts.filter((s) => (s.options.args as DeliveryRef[])[0]!.eventId === many.event.eventId).map((s) => [s.options.workflowId, s]),
+    );
+    expect(forMany.size).toBe(SUBSCRIBERS);
+    for (const delivery of many.event.deliveries) {
+      const ref = refOf(delivery.id, delivery.endpointId);
+      expect(delivery.workflowId).toBe(workflowIdFor(ref));
+      const start = forMany.get(delivery.workflowId);
+      expect(start).toEqual({ workflowType: 'deliverWebhook', options: expect.objectContaining({ workflowId: delivery.workflowId, taskQueue: 'webhook-deliveries', args: [ref] }) });
+    }
+  });
+
+  it('has each delivery claimed by the embedded engine', async () => {
+    const ran: DeliveryRef[] = [];
+    // The attempts themselves are the ones the end-to-end test above makes; here only what the engine takes counts.
+    const attempts = {
+      records: new DeliveryRecords(),
+      run: async (ref: DeliveryRef) => {
+        ran.push(ref);
+        return { kind: 'held', sent: 0 };
+      },
+      deadLetter: async () => undefined,
+    } as unknown as DeliveryAttempts;
+    const engine = new EmbeddedDeliveryEngine({ orm, attempts, logger, pollIntervalMs: 60_000, concurrency: 256 });
+    engine.begin();
+    await engine.idle();
+    await engine.close();
+    const claimed = ran.filter((ref) => ref.eventId === many.event.eventId);
+    expect(claimed).toHaveLength(SUBSCRIBERS);
+    expect(claimed.map((ref) => ref.deliveryId).sort()).toEqual(many.event.deliveries.map((d) => d.id).sort());
+    expect(new Set(ran.map((ref) => ref.deliveryId)).size).toBe(ran.length);
+  });
+});

@@ -1,11 +1,15 @@
 /**
- * Tenant isolation as a matrix: every route that takes an identifier, on REST and gRPC,
+ * Tenant isolation as a matrix: every route that takes an identifier, on REST and RPC,
  * called by one organization with every identifier of another (connections in each
  * state, webhook endpoints, posts, deliveries, attempts, even the organization, user
  * and key ids), in the exact and upper-case spellings. Each answer is the route's
  * "not found" (or, for a foreign state, the organization mismatch), and the other
  * organization's rows are byte-for-byte the same afterwards. List routes never show
  * the other organization's ids, even with page tokens aimed at its rows.
+ *
+ * Both run in process, through the app's handler and its router with the same gate and
+ * interceptors: what is proven is who may see what, which no transport changes (the
+ * transports have suites of their own, and the hostile suites go over real sockets).
  */
 import { randomUUID } from 'node:crypto';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
@@ -15,7 +19,6 @@ import { ConnectionService } from '../../src/gen/publishing/v1/connection_servic
 import { PostService } from '../../src/gen/publishing/v1/post_service_pb';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
-import { rest, transport } from '../support/clients';
 import { approveSandboxAccount, connectSandboxAccount } from '../support/connections';
 import { auditEventsSince, auditHighWater, snapshotDomain, snapshotOrganization } from './support';
 
@@ -38,30 +41,30 @@ async function ok<T>(response: Promise<{ status: number; body: T }>): Promise<T>
 }
 
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({}, { listen: false });
   a = await t.tenant({ role: 'owner' });
   b = await t.tenant({ role: 'owner' });
-  const asB = (method: string, path: string, body?: unknown) => ok<any>(rest(t.url, method, path, { apiKey: b.apiKey, body }));
+  const asB = (method: string, path: string, body?: unknown) => ok<any>(t.rest(method, path, { apiKey: b.apiKey, body }));
 
   // B: a verified connection with scheduled posts, a disabled one with held posts, an unverified one,
   // and one held after a reconnect returned another account.
-  const verified = await connectSandboxAccount(t.url, b.apiKey, 'instagram', 'bakery');
+  const verified = await connectSandboxAccount(t, b.apiKey, 'instagram', 'bakery');
   await asB('POST', `/api/v1/connections/${verified.id}/confirm`, { confirmIdentity: true });
   foreign.verifiedConnection = verified.id;
   foreign.scheduledPost = (await asB('POST', '/api/v1/posts', { connectionId: verified.id, text: 'B post', scheduledAt: inAnHour().toISOString() })).post.id;
 
-  const disabled = await connectSandboxAccount(t.url, b.apiKey, 'facebook', 'page');
+  const disabled = await connectSandboxAccount(t, b.apiKey, 'facebook', 'page');
   await asB('POST', `/api/v1/connections/${disabled.id}/confirm`, { confirmIdentity: true });
   foreign.heldPost = (await asB('POST', '/api/v1/posts', { connectionId: disabled.id, text: 'B held', scheduledAt: inAnHour().toISOString() })).post.id;
   await asB('POST', `/api/v1/connections/${disabled.id}/disable`, { reason: 'isolation fixture' });
   foreign.disabledConnection = disabled.id;
 
-  foreign.unverifiedConnection = (await connectSandboxAccount(t.url, b.apiKey, 'linkedin', 'member')).id;
+  foreign.unverifiedConnection = (await connectSandboxAccount(t, b.apiKey, 'linkedin', 'member')).id;
 
-  const reconnected = await connectSandboxAccount(t.url, b.apiKey, 'youtube', 'channel');
+  const reconnected = await connectSandboxAccount(t, b.apiKey, 'youtube', 'channel');
   await asB('POST', `/api/v1/connections/${reconnected.id}/confirm`, { confirmIdentity: true });
   const restart = await asB('POST', '/api/v1/connections/start', { toolkit: 'youtube', connectionId: reconnected.id });
-  const channel2 = await approveSandboxAccount(t.url, restart.redirectUrl, 'channel2');
+  const channel2 = await approveSandboxAccount(t, restart.redirectUrl, 'channel2');
   await asB('POST', '/api/v1/connections/complete', { state: restart.state, connectedAccountId: channel2 });
   foreign.heldConnection = reconnected.id;
 
@@ -95,11 +98,11 @@ beforeAll(async () => {
   foreign.apiKey = b.keyId;
 
   // A: rows of its own, so that its lists have something to show.
-  const mine = await connectSandboxAccount(t.url, a.apiKey, 'instagram', 'creator');
-  await ok(rest(t.url, 'POST', `/api/v1/connections/${mine.id}/confirm`, { apiKey: a.apiKey, body: { confirmIdentity: true } }));
+  const mine = await connectSandboxAccount(t, a.apiKey, 'instagram', 'creator');
+  await ok(t.rest('POST', `/api/v1/connections/${mine.id}/confirm`, { apiKey: a.apiKey, body: { confirmIdentity: true } }));
   own.connection = mine.id;
-  own.post = (await ok<any>(rest(t.url, 'POST', '/api/v1/posts', { apiKey: a.apiKey, body: { connectionId: mine.id, text: 'A post', scheduledAt: inAnHour().toISOString() } }))).post.id;
-  own.endpoint = (await ok<any>(rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: a.apiKey, body: { url: 'https://hooks.example.com/a' } }))).endpoint.id;
+  own.post = (await ok<any>(t.rest('POST', '/api/v1/posts', { apiKey: a.apiKey, body: { connectionId: mine.id, text: 'A post', scheduledAt: inAnHour().toISOString() } }))).post.id;
+  own.endpoint = (await ok<any>(t.rest('POST', '/api/v1/webhooks', { apiKey: a.apiKey, body: { url: 'https://hooks.example.com/a' } }))).endpoint.id;
 });
 afterAll(async () => {
   await t?.close();
@@ -111,7 +114,7 @@ type Answer = { ok: true; body: unknown } | { ok: false; code: string; status: n
 
 interface IdRoute {
   name: string;
-  /** The refusal the route gives for an id that is not the caller's, with its HTTP status and gRPC code. */
+  /** The refusal the route gives for an id that is not the caller's, with its HTTP status and RPC (gRPC) code. */
   refusal: { code: string; http: number; grpc: Code } | 'empty-list';
   rest(id: string, variant: 'plain' | 'trailing-slash'): Promise<Answer>;
   grpc(id: string): Promise<Answer>;
@@ -121,7 +124,7 @@ const CONNECTION_NOT_FOUND = { code: 'CONNECTION_NOT_FOUND', http: 404, grpc: Co
 const WEBHOOK_NOT_FOUND = { code: 'WEBHOOK_NOT_FOUND', http: 404, grpc: Code.NotFound };
 
 async function viaRest(method: string, path: string, body?: unknown): Promise<Answer> {
-  const r = await rest(t.url, method, path, { apiKey: a.apiKey, body });
+  const r = await t.rest(method, path, { apiKey: a.apiKey, body });
   return r.status === 200 ? { ok: true, body: r.body } : { ok: false, code: String(r.body?.code), status: r.status };
 }
 
@@ -135,7 +138,7 @@ async function viaGrpc(call: () => Promise<unknown>): Promise<Answer> {
 }
 
 const grpcClients = () => {
-  const shared = transport(t.url, 'grpc', a.apiKey);
+  const shared = t.transport(a.apiKey);
   return { connections: createClient(ConnectionService, shared), posts: createClient(PostService, shared), webhooks: createClient(WebhookService, shared) };
 };
 
@@ -202,7 +205,7 @@ function foreignIdsIn(value: unknown): string[] {
     .map(([name]) => name);
 }
 
-it("refuses every route called with another organization's ids, over REST and gRPC, and leaves its rows untouched", async () => {
+it("refuses every route called with another organization's ids, over REST and RPC, and leaves its rows untouched", async () => {
   const beforeB = await snapshotOrganization(t, b.organizationId);
   const beforeAll = await snapshotDomain(t);
   const auditMark = await auditHighWater(t);
@@ -227,7 +230,7 @@ it("refuses every route called with another organization's ids, over REST and gR
       for (const spelling of [id, id.toUpperCase()]) {
         const shown = `${route.name} with B's ${name}${spelling === id ? '' : ' (upper case)'}`;
         check(`REST ${shown}`, route, await route.rest(spelling, 'plain'), 'rest');
-        check(`gRPC ${shown}`, route, await route.grpc(spelling), 'grpc');
+        check(`RPC ${shown}`, route, await route.grpc(spelling), 'grpc');
       }
       check(`REST ${route.name} with B's ${name} and a trailing slash`, route, await route.rest(id, 'trailing-slash'), 'rest');
     }
@@ -244,7 +247,7 @@ it("refuses every route called with another organization's ids, over REST and gR
           : await viaGrpc(() => g.connections.completeConnection({ state, connectedAccountId: 'sbx.instagram.creator' }));
       const expected = { code: 'STATE_ORGANIZATION_MISMATCH', status: transportName === 'rest' ? 403 : Code.PermissionDenied };
       if (answer.ok || answer.code !== expected.code || answer.status !== expected.status) {
-        failures.push(`${transportName} CompleteConnection with B's state: ${JSON.stringify(answer).slice(0, 200)}`);
+        failures.push(`${transportName === 'rest' ? 'REST' : 'RPC'} CompleteConnection with B's state: ${JSON.stringify(answer).slice(0, 200)}`);
       }
     }
   }
@@ -252,7 +255,7 @@ it("refuses every route called with another organization's ids, over REST and gR
   const afterB = await snapshotOrganization(t, b.organizationId);
   const afterAll = await snapshotDomain(t);
   const audit = await auditEventsSince(t, auditMark);
-  console.log(`isolation matrix: ${cells} cells (${Object.keys(foreign).length} foreign ids × ${idRoutes().length} routes × REST/gRPC and spellings, plus ${foreignStates.length} foreign states × 2 transports); failures: ${failures.length}\n  ${failures.slice(0, 20).join('\n  ')}`);
+  console.log(`isolation matrix: ${cells} cells (${Object.keys(foreign).length} foreign ids × ${idRoutes().length} routes × REST/RPC and spellings, plus ${foreignStates.length} foreign states × 2 transports); failures: ${failures.length}\n  ${failures.slice(0, 20).join('\n  ')}`);
   expect(failures).toEqual([]);
   expect(afterB).toEqual(beforeB);
   expect(afterAll).toEqual(beforeAll);
@@ -286,9 +289,9 @@ it("never lists another organization's ids, even with page tokens aimed at its r
       ['REST ListConnections', await viaRest('GET', `/api/v1/connections${query}`)],
       ['REST ListWebhooks', await viaRest('GET', `/api/v1/webhooks${query}`)],
       ['REST ListPosts', await viaRest('GET', `/api/v1/posts${query}`)],
-      ['gRPC ListConnections', await viaGrpc(() => g.connections.listConnections({ pageToken }))],
-      ['gRPC ListWebhooks', await viaGrpc(() => g.webhooks.listWebhooks({ pageToken }))],
-      ['gRPC ListPosts', await viaGrpc(() => g.posts.listPosts({ pageToken }))],
+      ['RPC ListConnections', await viaGrpc(() => g.connections.listConnections({ pageToken }))],
+      ['RPC ListWebhooks', await viaGrpc(() => g.webhooks.listWebhooks({ pageToken }))],
+      ['RPC ListPosts', await viaGrpc(() => g.posts.listPosts({ pageToken }))],
     ];
     for (const [name, answer] of answers) {
       lists++;
@@ -302,7 +305,7 @@ it("never lists another organization's ids, even with page tokens aimed at its r
       for (const [key, id] of Object.entries(own)) if (text.includes(id)) seenOwn.add(key);
     }
   }
-  console.log(`isolation lists: ${lists} list answers checked (${tokens.length} page tokens × 3 lists × REST/gRPC); leaks: ${leaks.length}`);
+  console.log(`isolation lists: ${lists} list answers checked (${tokens.length} page tokens × 3 lists × REST/RPC); leaks: ${leaks.length}`);
   expect(leaks).toEqual([]);
   // The lists do show A's own rows: an empty answer everywhere would prove nothing.
   expect([...seenOwn].sort()).toEqual(Object.keys(own).sort());

@@ -34,6 +34,8 @@ describe('one listener for every protocol', () => {
       const req = session.request({ ':path': '/healthz' });
       req.on('response', (headers) => resolve(Number(headers[':status'])));
       req.on('error', reject);
+      // Read to its end: an unread answer keeps the stream, and so the connection, open.
+      req.resume();
       req.end();
     });
     session.close();

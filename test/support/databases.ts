@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import os from 'node:os';
+import path from 'node:path';
 import { Client } from 'pg';
 import { OWNER_ROLE, SERVICE_ROLE } from '../../src/db/roles';
 
@@ -9,6 +11,13 @@ import { OWNER_ROLE, SERVICE_ROLE } from '../../src/db/roles';
  */
 export const ADMIN_URL = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const TEMPLATE_ENV = 'PUBLISHING_TEST_TEMPLATE_DB';
+
+/** Where the suites of this run share the workflow bundles they replay histories against. */
+export function workflowBundleDir(): string {
+  const template = process.env[TEMPLATE_ENV];
+  if (!template) throw new Error(`${TEMPLATE_ENV} is not set: run the suites through jest (global setup names the run)`);
+  return path.join(os.tmpdir(), `${template}-workflow-bundles`);
+}
 
 /** The database `name`, logged in as `role` (default: the administrator of ADMIN_URL). */
 export function databaseUrl(name: string, role?: string): string {

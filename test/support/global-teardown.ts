@@ -1,6 +1,9 @@
-import { TEMPLATE_ENV, withAdmin } from './databases';
+import { rm } from 'node:fs/promises';
+import { TEMPLATE_ENV, withAdmin, workflowBundleDir } from './databases';
 
 export default async function globalTeardown(): Promise<void> {
   const name = process.env[TEMPLATE_ENV];
-  if (name) await withAdmin(async (client) => void (await client.query(`drop database if exists ${name} with (force)`)));
+  if (!name) return;
+  await withAdmin(async (client) => void (await client.query(`drop database if exists ${name} with (force)`)));
+  await rm(workflowBundleDir(), { recursive: true, force: true });
 }

@@ -1,0 +1,32 @@
+import Sequencer from '@jest/test-sequencer';
+
+/**
+ * The suites that take longest, longest first: they wait on child processes, real timers
+ * and hundreds of requests. Jest starts the suites it has timings for longest first, but a
+ * fresh checkout has none and it starts them by file size, which can leave one of these to
+ * start near the end and run alone; started first, they overlap the many short suites.
+ */
+const LONGEST_FIRST = [
+  'test/robustness/hostile-grpc.test.ts',
+  'test/robustness/hostile-rest.test.ts',
+  'test/db/embedded.test.ts',
+  'test/delivery/engine-retries.test.ts',
+  'test/webhooks/limits.test.ts',
+  'test/docs/readme.test.ts',
+  'test/robustness/state-tokens.test.ts',
+  'test/delivery/database-outage.test.ts',
+  'test/delivery/workflow-versioning.test.ts',
+  'test/connections/slow-provider.test.ts',
+  'test/delivery/temporal-unreachable.test.ts',
+];
+
+export default class LongestFirst extends Sequencer {
+  sort(tests) {
+    const rank = (test) => {
+      const at = LONGEST_FIRST.findIndex((file) => test.path.endsWith(`/${file}`));
+      return at < 0 ? LONGEST_FIRST.length : at;
+    };
+    // Array.prototype.sort is stable: the rest keep jest's own order (failed first, then by time or size).
+    return super.sort(tests).sort((a, b) => rank(a) - rank(b));
+  }
+}
