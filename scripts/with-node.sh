@@ -23,9 +23,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
   echo "$lock_sum" > "$stamp"
 fi
 
-# Generated code: regenerate when any proto or the generator config is newer.
+# Generated code: regenerate when any proto, the generator config or what the OpenAPI
+# document is built from (the generator, the error catalog, the HTTP rules) is newer.
 gen_stamp="$root/src/gen/.stamp"
-if [ ! -f "$gen_stamp" ] || [ -n "$(find "$root/proto" "$root/third_party/proto" "$root/buf.gen.yaml" "$root/buf.yaml" -newer "$gen_stamp" -print -quit)" ]; then
+gen_inputs=("$root/proto" "$root/third_party/proto" "$root/buf.gen.yaml" "$root/buf.yaml" "$root/scripts/generate-openapi.ts"
+  "$root/src/server/openapi.ts" "$root/src/server/http-rules.ts" "$root/src/errors")
+if [ ! -f "$gen_stamp" ] || [ -n "$(find "${gen_inputs[@]}" -newer "$gen_stamp" -print -quit)" ]; then
   (cd "$root" && npm run --silent generate >&2)
   touch "$gen_stamp"
 fi
