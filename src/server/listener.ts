@@ -89,7 +89,10 @@ export function createListener(
 
   const h1 = http.createServer(
     {
-      keepAliveTimeout: 5_000,
+      // Longer than the idle timeout of common clients (Node's agent and undici: 4–5 s; load
+      // balancers: 60 s): a server that closes an idle connection first races the client's
+      // next request on it, which the client then sees as ECONNRESET.
+      keepAliveTimeout: 65_000,
       headersTimeout: arrival.headMs,
       requestTimeout: arrival.headMs + arrival.bodyMs,
       connectionsCheckingInterval: Math.min(H1_CHECK_INTERVAL_MS, arrival.headMs),
