@@ -64,7 +64,9 @@ const SERVER_NODE_ARGS = [
 const KEEP_DATABASE = process.env.BENCH_KEEP_DATABASE === '1';
 const ADMIN_URL =
   process.env.BENCH_DATABASE_ADMIN_URL ?? process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-const DB_NAME = 'publishing_bench';
+/** Another name lets two runs share one PostgreSQL without dropping each other's database. */
+const DB_NAME = process.env.BENCH_DATABASE_NAME ?? 'publishing_bench';
+if (!/^[a-z_][a-z0-9_]*$/.test(DB_NAME)) throw new Error(`BENCH_DATABASE_NAME must be a plain lower-case identifier, not ${DB_NAME}`);
 const LIST_ENDPOINTS = 50;
 const OTHER_ORGS = 5;
 const OTHER_ENDPOINTS_PER_ORG = 10;
