@@ -3,16 +3,19 @@ import { FeatureSet_FieldPresence } from '@bufbuild/protobuf/wkt';
 import { base64Encode } from '@bufbuild/protobuf/wire';
 
 /**
- * proto3 JSON written straight to a string, for the answers the REST gateway writes.
+ * proto3 JSON of a message, for the answers the REST gateway writes.
  *
- * Protobuf-ES's `toJsonString` builds a JSON object of the whole message, then has
- * `JSON.stringify` walk it again; for a page of 50 endpoints with 250 deliveries that was
- * a quarter of the list call's CPU (bench/README.md, List). This writer is compiled once
- * per message type from its descriptor and gives the same text as `toJsonString` with the
- * default options (the router sets no `jsonOptions`): fields in number order, JSON names,
- * implicit zero values and unset fields left out, 64-bit integers as strings, enums by
- * name, timestamps in RFC 3339 as Protobuf-ES writes them. test/server/json-writer.test.ts
- * holds it to that over generated messages.
+ * Protobuf-ES's `toJsonString` reflects over every field and formats each timestamp
+ * through a Date; for a page of 50 endpoints with 250 deliveries that was a quarter of the
+ * list call's CPU (bench/README.md, List), timestamps the largest part. This writer is
+ * compiled once per message type from its descriptor into plain functions that build the
+ * same JSON value, then one `JSON.stringify` writes it (V8's native writer: a string built
+ * piece by piece in JavaScript was slower than the whole of toJsonString). It gives the
+ * same text as `toJsonString` with the default options (the router sets no
+ * `jsonOptions`): fields in number order, JSON names, implicit zero values and unset
+ * fields left out, 64-bit integers as strings, enums by name, timestamps in RFC 3339 as
+ * Protobuf-ES writes them. test/server/json-writer.test.ts holds it to that over
+ * generated messages.
  *
  * It knows the field kinds this API's answers use; a message type with anything else (a
  * map, a oneof, a well-known type other than Timestamp, a required field) gets no writer,
@@ -22,15 +25,12 @@ import { base64Encode } from '@bufbuild/protobuf/wire';
 export type JsonWriter = (message: object) => string;
 
 type Fields = Record<string, unknown>;
-/**
- * Appends a message's JSON to `parts`. The pieces are joined once at the end: a string
- * grown by `+=` is a tree of pieces that every later reader (the length, the socket
- * write) must flatten first, which cost as much as writing it.
- */
-type MessageWriter = (message: object, parts: string[]) => void;
-/** Appends a field's `"name":value` (after a comma unless `first`); false when the field is left out. */
-type FieldWriter = (message: Fields, parts: string[], first: boolean) => boolean;
-type ValueWriter = (value: unknown) => string;
+type Json = string | number | boolean | null | Json[] | { [key: string]: Json };
+/** A message as the JSON value `JSON.stringify` writes: V8's native writer is four times as fast as one in JavaScript. */
+type MessageWriter = (message: object) => Json;
+/** Sets a field's JSON value on `json`, unless the field is left out. */
+type FieldWriter = (message: Fields, json: Record<string, Json>) => void;
+type ValueWriter = (value: unknown) => Json;
 
 const compiled = new WeakMap<DescMessage, JsonWriter | null>();
 
@@ -39,13 +39,7 @@ export function jsonWriterOf(schema: DescMessage): JsonWriter | null {
   const known = compiled.get(schema);
   if (known !== undefined) return known;
   const writeMessage = compileMessage(schema, new Map());
-  const writer: JsonWriter | null = writeMessage
-    ? (message) => {
-        const parts: string[] = [];
-        writeMessage(message, parts);
-        return parts.join('');
-      }
-    : null;
+  const writer: JsonWriter | null = writeMessage ? (message) => JSON.stringify(writeMessage(message)) : null;
   compiled.set(schema, writer);
   return writer;
 }
@@ -54,16 +48,15 @@ export function jsonWriterOf(schema: DescMessage): JsonWriter | null {
 function compileMessage(desc: DescMessage, pending: Map<DescMessage, MessageWriter>): MessageWriter | null {
   const known = pending.get(desc);
   if (known !== undefined) return known;
-  if (desc.typeName === 'google.protobuf.Timestamp') return (message, parts) => void parts.push(timestampJson(message as TimestampFields));
+  if (desc.typeName === 'google.protobuf.Timestamp') return (message) => timestampJson(message as TimestampFields);
   if (desc.typeName.startsWith('google.protobuf.')) return null;
   const typeName = desc.typeName;
   const fieldWriters: FieldWriter[] = [];
-  const writer: MessageWriter = (message, parts) => {
+  const writer: MessageWriter = (message) => {
     if ((message as Fields).$typeName !== typeName) throw new Error(`cannot write ${String((message as Fields).$typeName)} as ${typeName}`);
-    parts.push('{');
-    let first = true;
-    for (const writeField of fieldWriters) if (writeField(message as Fields, parts, first)) first = false;
-    parts.push('}');
+    const json: Record<string, Json> = {};
+    for (const writeField of fieldWriters) writeField(message as Fields, json);
+    return json;
   };
   pending.set(desc, writer);
   for (const field of [...desc.fields].sort((a, b) => a.number - b.number)) {
@@ -76,48 +69,33 @@ function compileMessage(desc: DescMessage, pending: Map<DescMessage, MessageWrit
 
 function compileField(field: DescField, pending: Map<DescMessage, MessageWriter>): FieldWriter | null {
   if (field.oneof || field.jsonName === '__proto__' || field.presence === FeatureSet_FieldPresence.LEGACY_REQUIRED) return null;
-  const key = `${JSON.stringify(field.jsonName)}:`;
-  const nextKey = `,${key}`;
+  const key = field.jsonName;
   const localName = field.localName;
   switch (field.fieldKind) {
     case 'map':
       return null;
     case 'list': {
-      if (field.listKind === 'message') {
-        const writeItem = compileMessage(field.message, pending);
-        if (!writeItem) return null;
-        return (message, parts, first) => {
-          const items = message[localName] as object[];
-          if (items.length === 0) return false;
-          parts.push(first ? key : nextKey, '[');
-          for (let i = 0; i < items.length; i++) {
-            if (i > 0) parts.push(',');
-            writeItem(items[i]!, parts);
-          }
-          parts.push(']');
-          return true;
-        };
-      }
-      const writeItem = field.listKind === 'enum' ? enumWriter(field) : scalarWriter(field.scalar);
+      const writeItem: ValueWriter | null =
+        field.listKind === 'message'
+          ? (compileMessage(field.message, pending) as ValueWriter | null)
+          : field.listKind === 'enum'
+            ? enumWriter(field)
+            : scalarWriter(field.scalar);
       if (!writeItem) return null;
-      return (message, parts, first) => {
+      return (message, json) => {
         const items = message[localName] as unknown[];
-        if (items.length === 0) return false;
-        parts.push(first ? key : nextKey, '[');
-        for (let i = 0; i < items.length; i++) parts.push(i === 0 ? writeItem(items[i]) : `,${writeItem(items[i])}`);
-        parts.push(']');
-        return true;
+        if (items.length === 0) return;
+        const array = new Array<Json>(items.length);
+        for (let i = 0; i < items.length; i++) array[i] = writeItem(items[i]);
+        json[key] = array;
       };
     }
     case 'message': {
       const writeMessage = compileMessage(field.message, pending);
       if (!writeMessage) return null;
-      return (message, parts, first) => {
+      return (message, json) => {
         const value = message[localName];
-        if (value === undefined || !Object.prototype.hasOwnProperty.call(message, localName)) return false;
-        parts.push(first ? key : nextKey);
-        writeMessage(value as object, parts);
-        return true;
+        if (value !== undefined && Object.prototype.hasOwnProperty.call(message, localName)) json[key] = writeMessage(value as object);
       };
     }
     case 'enum':
@@ -125,19 +103,15 @@ function compileField(field: DescField, pending: Map<DescMessage, MessageWriter>
       const writeValue = field.fieldKind === 'enum' ? enumWriter(field) : scalarWriter(field.scalar);
       if (!writeValue) return null;
       if (field.presence !== FeatureSet_FieldPresence.IMPLICIT) {
-        return (message, parts, first) => {
+        return (message, json) => {
           const value = message[localName];
-          if (value === undefined || !Object.prototype.hasOwnProperty.call(message, localName)) return false;
-          parts.push(first ? key : nextKey, writeValue(value));
-          return true;
+          if (value !== undefined && Object.prototype.hasOwnProperty.call(message, localName)) json[key] = writeValue(value);
         };
       }
       const isZero = zeroTest(field);
-      return (message, parts, first) => {
+      return (message, json) => {
         const value = message[localName];
-        if (isZero(value)) return false;
-        parts.push(first ? key : nextKey, writeValue(value));
-        return true;
+        if (!isZero(value)) json[key] = writeValue(value);
       };
     }
   }
@@ -170,8 +144,7 @@ function enumWriter(field: DescField & { fieldKind: 'enum' | 'list' }): ValueWri
   if (!desc || desc.typeName === 'google.protobuf.NullValue') return null;
   return (value) => {
     if (typeof value !== 'number') throw new Error(`${desc.typeName}: expected a number`);
-    const known = desc.value[value];
-    return known ? JSON.stringify(known.jsonName) : numberJson(value);
+    return desc.value[value]?.jsonName ?? value;
   };
 }
 
@@ -180,12 +153,12 @@ function scalarWriter(scalar: ScalarType | undefined): ValueWriter | null {
     case ScalarType.STRING:
       return (value) => {
         if (typeof value !== 'string') throw new Error('expected a string');
-        return JSON.stringify(value);
+        return value;
       };
     case ScalarType.BOOL:
       return (value) => {
         if (typeof value !== 'boolean') throw new Error('expected a boolean');
-        return value ? 'true' : 'false';
+        return value;
       };
     case ScalarType.INT32:
     case ScalarType.SINT32:
@@ -194,16 +167,16 @@ function scalarWriter(scalar: ScalarType | undefined): ValueWriter | null {
     case ScalarType.FIXED32:
       return (value) => {
         if (typeof value !== 'number') throw new Error('expected a number');
-        return numberJson(value);
+        return value;
       };
     case ScalarType.DOUBLE:
     case ScalarType.FLOAT:
       return (value) => {
         if (typeof value !== 'number') throw new Error('expected a number');
-        if (Number.isNaN(value)) return '"NaN"';
-        if (value === Infinity) return '"Infinity"';
-        if (value === -Infinity) return '"-Infinity"';
-        return numberJson(value);
+        if (Number.isNaN(value)) return 'NaN';
+        if (value === Infinity) return 'Infinity';
+        if (value === -Infinity) return '-Infinity';
+        return value;
       };
     case ScalarType.INT64:
     case ScalarType.SINT64:
@@ -212,23 +185,18 @@ function scalarWriter(scalar: ScalarType | undefined): ValueWriter | null {
     case ScalarType.FIXED64:
       return (value) => {
         if (typeof value === 'bigint' || typeof value === 'string' || (typeof value === 'number' && Number.isInteger(value))) {
-          return JSON.stringify(value.toString());
+          return value.toString();
         }
         throw new Error('expected an integer');
       };
     case ScalarType.BYTES:
       return (value) => {
         if (!(value instanceof Uint8Array)) throw new Error('expected bytes');
-        return `"${base64Encode(value)}"`;
+        return base64Encode(value);
       };
     default:
       return null;
   }
-}
-
-/** A number as JSON.stringify writes it (a value that is not finite becomes null). */
-function numberJson(value: number): string {
-  return Number.isFinite(value) ? String(value) : 'null';
 }
 
 const TIMESTAMP_SECONDS_MIN = Date.parse('0001-01-01T00:00:00Z') / 1000;
@@ -243,7 +211,7 @@ interface TimestampFields {
 }
 
 /**
- * `"YYYY-MM-DDT` of a day, from Date's own toISOString: a list's timestamps fall on few
+ * `YYYY-MM-DDT` of a day, from Date's own toISOString: a list's timestamps fall on few
  * days, and formatting each of them through a Date was a tenth of the list's CPU.
  */
 const dayPrefixes = new Map<number, string>();
@@ -253,14 +221,14 @@ function dayPrefix(day: number): string {
   let prefix = dayPrefixes.get(day);
   if (prefix === undefined) {
     if (dayPrefixes.size >= MAX_DAY_PREFIXES) dayPrefixes.clear();
-    prefix = `"${new Date(day * SECONDS_PER_DAY * 1000).toISOString().slice(0, 11)}`;
+    prefix = `${new Date(day * SECONDS_PER_DAY * 1000).toISOString().slice(0, 11)}`;
     dayPrefixes.set(day, prefix);
   }
   return prefix;
 }
 
 /**
- * Protobuf-ES's timestampToJson, quoted: the same range checks (years 1 to 9999, nanos
+ * Protobuf-ES's timestampToJson: the same range checks (years 1 to 9999, nanos
  * 0 to 999,999,999) and the same 0, 3, 6 or 9 digits of fraction.
  */
 function timestampJson(message: TimestampFields): string {
@@ -269,12 +237,12 @@ function timestampJson(message: TimestampFields): string {
   if (!(seconds >= TIMESTAMP_SECONDS_MIN && seconds <= TIMESTAMP_SECONDS_MAX)) throw new Error('timestamp out of range');
   const nanos = message.nanos;
   if (!(nanos >= 0 && nanos <= 999_999_999) || !Number.isInteger(nanos)) throw new Error('timestamp nanos out of range');
-  let z = 'Z"';
+  let z = 'Z';
   if (nanos > 0) {
     const digits = (nanos + 1_000_000_000).toString().substring(1);
-    if (digits.substring(3) === '000000') z = `.${digits.substring(0, 3)}Z"`;
-    else if (digits.substring(6) === '000') z = `.${digits.substring(0, 6)}Z"`;
-    else z = `.${digits}Z"`;
+    if (digits.substring(3) === '000000') z = `.${digits.substring(0, 3)}Z`;
+    else if (digits.substring(6) === '000') z = `.${digits.substring(0, 6)}Z`;
+    else z = `.${digits}Z`;
   }
   const day = Math.floor(seconds / SECONDS_PER_DAY);
   const time = seconds - day * SECONDS_PER_DAY;
