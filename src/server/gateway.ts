@@ -288,11 +288,13 @@ export function sendError(
 /**
  * Writes a response on either HTTP version (their compat APIs differ only in types). With
  * its length declared, an HTTP/1.1 answer goes out as head and body in one write, where
- * without it Node frames the body as chunks.
+ * without it Node frames the body as chunks. An answer to HEAD has no body, and its head
+ * stays as it was, without a length.
  */
 export function writeBody(res: NodeResponse, status: number, contentType: string, body: string | Buffer): void {
   const plain = res as ServerResponse;
-  plain.writeHead(status, { 'content-type': contentType, 'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.length });
+  if (plain.req?.method === 'HEAD') plain.writeHead(status, { 'content-type': contentType });
+  else plain.writeHead(status, { 'content-type': contentType, 'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.length });
   plain.end(body);
 }
 
