@@ -290,7 +290,8 @@ export class DeliveryRecords {
         (join) => join.onTrue(),
       )
       .selectAll('d')
-      .where('e.id', 'in', endpointIds)
+      // One array parameter, not one per id: the query is built and sent for every list call.
+      .where(sql<boolean>`e.id = any(${endpointIds}::uuid[])`)
       .orderBy('d.endpointId')
       .orderBy('d.sortAt', 'desc')
       .orderBy('d.id', 'desc')
