@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { sql, type Expression, type Kysely } from 'kysely';
+import { sql, type CompiledQuery, type Expression, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { EntityManager, DeadLetterSchema, DeliveryAttemptSchema, DeliveryStatus, KillSwitchSchema, WebhookDeliverySchema, WebhookEndpointSchema } from '../db';
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
@@ -232,6 +232,7 @@ export class DeliveryRecords {
   private readonly claimAndBegin = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, true));
   private readonly dispatch = new CompiledStatement(dispatchStatement);
   private readonly outcome = new CompiledStatement(outcomeStatement);
+  private recentQuery: CompiledQuery<RecentDelivery> | undefined;
 
   constructor(options: { now?: () => number; retryIntervalMs?: number } = {}) {
     this.now = options.now ?? Date.now;
@@ -384,27 +385,13 @@ export class DeliveryRecords {
   async listRecent(em: EntityManager, endpointIds: string[]): Promise<Map<string, ListedDelivery[]>> {
     const byEndpoint = new Map<string, ListedDelivery[]>(endpointIds.map((id) => [id, []]));
     if (endpointIds.length === 0) return byEndpoint;
-    const rows = await db(em)
-      .selectFrom('webhook_endpoints as e')
-      .innerJoinLateral(
-        (eb) =>
-          eb
-            .selectFrom('webhook_deliveries as w')
-            .select(listedColumns)
-            .select('w.created_at as sortAt')
-            .whereRef('w.endpoint_id', '=', 'e.id')
-            .orderBy('w.created_at', 'desc')
-            .orderBy('w.id', 'desc')
-            .limit(RECENT_DELIVERIES)
-            .as('d'),
-        (join) => join.onTrue(),
-      )
-      .selectAll('d')
-      .where('e.id', 'in', endpointIds)
-      .orderBy('d.endpointId')
-      .orderBy('d.sortAt', 'desc')
-      .orderBy('d.id', 'desc')
-      .execute();
+    const k = db(em);
+    // Built and compiled once: building this query's tree (a lateral join of 13 columns)
+    // on every list call was about 6% of the call's CPU. The ids are its one varying value.
+    this.recentQuery ??= recentDeliveriesQuery(k, ENDPOINT_IDS).compile();
+    const query = this.recentQuery;
+    const forThisPage: CompiledQuery<RecentDelivery> = { ...query, parameters: query.parameters.map((p) => (p === ENDPOINT_IDS ? endpointIds : p)) };
+    const { rows } = await k.executeQuery(forThisPage);
     for (const { sortAt: _, ...row } of rows) byEndpoint.get(row.endpointId)?.push(row);
     return byEndpoint;
   }
@@ -1128,6 +1115,34 @@ const listedColumns = [
   epochMs('w.created_at').as('createdAtMs'),
   epochMs('w.updated_at').as('updatedAtMs'),
 ] as const;
+
+/** Stands for the page's endpoint ids in the compiled listRecent query; replaced by identity. */
+const ENDPOINT_IDS: string[] = [];
+
+/** The newest deliveries of each of the endpoints, newest first (see listRecent). */
+function recentDeliveriesQuery(k: Kysely<Tables>, endpointIds: string[]) {
+  return k
+    .selectFrom('webhook_endpoints as e')
+    .innerJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom('webhook_deliveries as w')
+          .select(listedColumns)
+          .select('w.created_at as sortAt')
+          .whereRef('w.endpoint_id', '=', 'e.id')
+          .orderBy('w.created_at', 'desc')
+          .orderBy('w.id', 'desc')
+          .limit(RECENT_DELIVERIES)
+          .as('d'),
+      (join) => join.onTrue(),
+    )
+    .selectAll('d')
+    .where(sql<boolean>`e.id = any(${endpointIds}::uuid[])`)
+    .orderBy('d.endpointId')
+    .orderBy('d.sortAt', 'desc')
+    .orderBy('d.id', 'desc');
+}
+type RecentDelivery = Awaited<ReturnType<ReturnType<typeof recentDeliveriesQuery>['execute']>>[number];
 
 function listedQuery(k: Kysely<Tables>) {
   return k.selectFrom('webhook_deliveries as w').select(listedColumns);

@@ -8,6 +8,7 @@ import { transportKey } from '../context';
 import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
 import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
 import { httpRuleOf } from './http-rules';
+import { restAnswerKey, type RestAnswer } from './rest-answer';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
@@ -106,8 +107,10 @@ export class RestGateway {
     res.once('close', () => {
       if (!res.writableFinished) abort.abort();
     });
+    const restAnswer: RestAnswer = { json: null };
     const contextValues = createContextValues()
       .set(transportKey, 'rest')
+      .set(restAnswerKey, restAnswer)
       .set(pendingRefusalKey, refusal)
       .set(clientGoneKey, () => abort.signal.aborted);
     const answer = await route.handler({
@@ -126,7 +129,7 @@ export class RestGateway {
         res.setHeader(name, value);
       }
     });
-    if (answer.status === 200) return writeJson(res, 200, body);
+    if (answer.status === 200) return writeJson(res, 200, restAnswer.json ?? body);
     const { code, message: text, metadata } = restErrorOf(body);
     sendError(res, code, text, requestId, metadata);
   }
@@ -287,10 +290,16 @@ export function errorBody(code: ErrorCode, message: string, requestId: string, m
   return body;
 }
 
-/** Writes a response on either HTTP version (their compat APIs differ only in types). */
+/**
+ * Writes a response on either HTTP version (their compat APIs differ only in types). With
+ * its length declared, an HTTP/1.1 answer goes out as head and body in one write, where
+ * without it Node frames the body as chunks. An answer to HEAD has no body, and its head
+ * stays as it was, without a length.
+ */
 export function writeBody(res: NodeResponse, status: number, contentType: string, body: string | Buffer): void {
   const plain = res as ServerResponse;
-  plain.writeHead(status, { 'content-type': contentType });
+  if (plain.req?.method === 'HEAD') plain.writeHead(status, { 'content-type': contentType });
+  else plain.writeHead(status, { 'content-type': contentType, 'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.length });
   plain.end(body);
 }
 

@@ -14,6 +14,7 @@ import type { RequestHandler } from './listener';
 import { sendError, writeBody, writeJson } from './gateway';
 import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
 import { createRefusalAudit } from './refusal-audit';
+import { createRestAnswerInterceptor } from './rest-answer';
 import { HealthService, blocking, downDependencies } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { openApiDocument } from './openapi-route';
@@ -63,6 +64,7 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
       auditRefusal: createRefusalAudit(logger),
     }),
     interceptors: [
+      createRestAnswerInterceptor(),
       createRequestContextInterceptor(orm, logger, metrics.observeCall),
       createAuditInterceptor(logger),
       createStorableTextInterceptor(),

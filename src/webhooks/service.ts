@@ -1,24 +1,24 @@
 import { randomUUID } from 'node:crypto';
-import { create } from '@bufbuild/protobuf';
-import { timestampFromDate, timestampFromMs } from '@bufbuild/protobuf/wkt';
+import type { Timestamp } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
-import {
-  WebhookDeliverySchema as DeliveryMessageSchema,
-  WebhookEndpointSchema as EndpointMessageSchema,
-  type CreateWebhookRequest,
-  type DeleteWebhookRequest,
-  type ListWebhooksRequest,
-  type TestWebhookRequest,
-  type WebhookDelivery as DeliveryMessage,
-  type WebhookEndpoint as EndpointMessage,
-  type WebhookService,
+import type {
+  CreateWebhookRequest,
+  CreateWebhookResponse,
+  DeleteWebhookResponse,
+  TestWebhookResponse,
+  DeleteWebhookRequest,
+  ListWebhooksRequest,
+  ListWebhooksResponse,
+  TestWebhookRequest,
+  WebhookDelivery as DeliveryMessage,
+  WebhookEndpoint as EndpointMessage,
+  WebhookService,
 } from '../gen/publishing/v1/webhook_service_pb';
 import { requireCustomer } from '../auth';
 import type { Logger } from '../config';
 import {
   OrganizationSchema,
   WebhookEndpointSchema,
-  afterCursor,
   decodeCursor,
   entityManagerOf,
   isUuid,
@@ -30,6 +30,7 @@ import {
 import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
+import { endpointsPage, type ListedEndpoint } from './endpoints';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
@@ -52,20 +53,17 @@ const MAX_DESCRIPTION_LENGTH = 500;
 export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
   constructor(private readonly deps: WebhookServiceDeps) {}
 
-  async listWebhooks(req: ListWebhooksRequest, ctx: HandlerContext) {
+  async listWebhooks(req: ListWebhooksRequest, ctx: HandlerContext): Promise<ListWebhooksResponse> {
     const principal = requireCustomer(ctx);
     const em = entityManagerOf(ctx);
     const limit = pageSizeOf(req.pageSize);
     const cursor = decodeCursor(req.pageToken);
-    const endpoints = await em.find(
-      WebhookEndpointSchema,
-      { organizationId: principal.organizationId, ...afterCursor('createdAt', cursor, 'asc') },
-      { orderBy: { createdAt: 'asc', id: 'asc' }, limit: limit + 1, exclude: ['secretCiphertext'] },
-    );
-    const { page, nextPageToken } = pageOf(endpoints, limit, (e) => e.createdAt);
+    const endpoints = await endpointsPage(em, principal.organizationId, cursor, limit + 1);
+    const { page, nextPageToken } = pageOf(endpoints, limit, (e) => new Date(e.createdAtMs));
     const recent = await this.deps.deliveries.listRecent(em, page.map((e) => e.id));
     return {
-      endpoints: page.map((e) => endpointMessage(e, recent.get(e.id) ?? [])),
+      $typeName: 'publishing.v1.ListWebhooksResponse',
+      endpoints: page.map((e) => listedEndpointMessage(e, recent.get(e.id) ?? [])),
       nextPageToken,
     };
   }
@@ -94,7 +92,11 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       secretCiphertext: sealed.ciphertext,
       createdAt: now,
     });
-    return { endpoint: endpointMessage({ id, url: url.url, description, eventNames, disabledAt: null, createdAt: now }, []), signingSecret };
+    return {
+      $typeName: 'publishing.v1.CreateWebhookResponse',
+      endpoint: endpointMessage({ id, url: url.url, description, eventNames, disabledAt: null, createdAt: now }, []),
+      signingSecret,
+    } satisfies CreateWebhookResponse;
   }
 
   async testWebhook(req: TestWebhookRequest, ctx: HandlerContext) {
@@ -129,7 +131,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       // Recorded and pending: the pending sweep starts it once the engine answers (Temporal unreachable, say).
       this.deps.logger.warn({ err: error, deliveryId: delivery.id }, 'could not start a test delivery; the pending sweep retries it');
     }
-    return { delivery: deliveryMessage(delivery) };
+    return { $typeName: 'publishing.v1.TestWebhookResponse', delivery: deliveryMessage(delivery) } satisfies TestWebhookResponse;
   }
 
   async deleteWebhook(req: DeleteWebhookRequest, ctx: HandlerContext) {
@@ -140,7 +142,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       endpoint.disabledAt = new Date(this.deps.now());
       await em.flush();
     }
-    return { endpoint: endpointMessage(endpoint, []) };
+    return { $typeName: 'publishing.v1.DeleteWebhookResponse', endpoint: endpointMessage(endpoint, []) } satisfies DeleteWebhookResponse;
   }
 
   private async endpoint(em: EntityManager, organizationId: string, id: string): Promise<WebhookEndpoint> {
@@ -167,28 +169,53 @@ async function insertEndpoint(
   );
 }
 
+/*
+ * The answers are built as message literals: every field is given, so nothing is left for
+ * `create()` to fill in, and connect-es takes a message as it is instead of copying it.
+ */
+
 function endpointMessage(e: Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'disabledAt' | 'createdAt'>, recent: ListedDelivery[]): EndpointMessage {
-  return create(EndpointMessageSchema, {
+  return listedEndpointMessage(
+    { id: e.id, url: e.url, description: e.description, eventNames: e.eventNames, disabledAtMs: e.disabledAt ? e.disabledAt.getTime() : null, createdAtMs: e.createdAt.getTime() },
+    recent,
+  );
+}
+
+function listedEndpointMessage(e: ListedEndpoint, recent: ListedDelivery[]): EndpointMessage {
+  return {
+    $typeName: 'publishing.v1.WebhookEndpoint',
     id: e.id,
     url: e.url,
     description: e.description,
     eventNames: e.eventNames,
-    disabled: e.disabledAt !== null && e.disabledAt !== undefined,
-    disabledAt: e.disabledAt ? timestampFromDate(e.disabledAt) : undefined,
-    createdAt: timestampFromDate(e.createdAt),
+    disabled: e.disabledAtMs !== null,
+    disabledAt: e.disabledAtMs === null ? undefined : timestampOf(e.disabledAtMs),
+    createdAt: timestampOf(e.createdAtMs),
     recentDeliveries: recent.map(deliveryMessage),
-  });
+  };
 }
 
 function deliveryMessage(d: ListedDelivery): DeliveryMessage {
-  const { nextAttemptAtMs, deliveredAtMs, createdAtMs, updatedAtMs, lastError, lastResponseStatus, ...same } = d;
-  return create(DeliveryMessageSchema, {
-    ...same,
-    nextAttemptAt: nextAttemptAtMs === null ? undefined : timestampFromMs(nextAttemptAtMs),
-    lastError: lastError ?? '',
-    lastResponseStatus: lastResponseStatus ?? 0,
-    createdAt: timestampFromMs(createdAtMs),
-    updatedAt: timestampFromMs(updatedAtMs),
-    deliveredAt: deliveredAtMs === null ? undefined : timestampFromMs(deliveredAtMs),
-  });
+  return {
+    $typeName: 'publishing.v1.WebhookDelivery',
+    id: d.id,
+    endpointId: d.endpointId,
+    eventId: d.eventId,
+    eventType: d.eventType,
+    status: d.status,
+    attemptCount: d.attemptCount,
+    nextAttemptAt: d.nextAttemptAtMs === null ? undefined : timestampOf(d.nextAttemptAtMs),
+    lastError: d.lastError ?? '',
+    lastResponseStatus: d.lastResponseStatus ?? 0,
+    createdAt: timestampOf(d.createdAtMs),
+    updatedAt: timestampOf(d.updatedAtMs),
+    deliveredAt: d.deliveredAtMs === null ? undefined : timestampOf(d.deliveredAtMs),
+    workflowId: d.workflowId,
+  };
+}
+
+/** As Protobuf-ES's timestampFromMs: whole seconds down, the rest as nanoseconds. */
+function timestampOf(ms: number): Timestamp {
+  const seconds = Math.floor(ms / 1000);
+  return { $typeName: 'google.protobuf.Timestamp', seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
 }
