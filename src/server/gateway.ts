@@ -280,6 +280,8 @@ export function sendError(
 ): void {
   if (res.headersSent) return void res.end();
   res.setHeader('x-request-id', requestId);
+  // Also in a header: an answer to HEAD has no body to carry it.
+  res.setHeader('x-error-code', code);
   writeJson(res, httpStatusOf(code), JSON.stringify(errorBody(code, message, requestId, metadata)));
 }
 

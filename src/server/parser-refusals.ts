@@ -74,6 +74,7 @@ export class ParserRefusals {
       'content-type': 'application/json',
       'content-length': Buffer.byteLength(body),
       'x-request-id': requestId,
+      'x-error-code': 'MALFORMED_REQUEST',
       connection: 'close',
     });
     res.end(body);
@@ -150,6 +151,7 @@ function refusalBytes(code: ParserRefusal, requestId: string): Buffer {
     'content-type: application/json',
     `content-length: ${Buffer.byteLength(body)}`,
     `x-request-id: ${requestId}`,
+    `x-error-code: ${code}`,
     `date: ${new Date().toUTCString()}`,
     'connection: close',
   ];

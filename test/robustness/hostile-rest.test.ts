@@ -595,12 +595,14 @@ function problemWith(wire: Wire, response: RawResponse): string | null {
 
 /**
  * Problems with the code and request id of a refusal. An answer to HEAD has no body, so its
- * headers say it (the parser's refusals come before the method is known, and have one).
+ * headers say it: `x-error-code` and `x-request-id` (the parser's refusals come before the
+ * method is known, and have a body).
  */
 function codeProblem(spec: CaseSpec, response: RawResponse): string | null {
   if (spec.method === 'HEAD' && response.body.length === 0) {
     if (!response.headers['content-type']?.[0]?.startsWith('application/json')) return 'HEAD refusal is not JSON';
-    return response.headers['x-request-id']?.[0] ? null : 'HEAD refusal without x-request-id';
+    if (!response.headers['x-request-id']?.[0]) return 'HEAD refusal without x-request-id';
+    return response.headers['x-error-code']?.[0] ? null : 'HEAD refusal without x-error-code';
   }
   return restErrorProblem(response);
 }

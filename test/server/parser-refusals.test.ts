@@ -115,6 +115,7 @@ function expectRefusal(answer: Answer | undefined, status: number, code: string)
   expect(body.message).toEqual(expect.any(String));
   expect(body.requestId).toMatch(/^[0-9a-f-]{36}$/);
   expect(answer!.headers['x-request-id']).toBe(body.requestId);
+  expect(answer!.headers['x-error-code']).toBe(code);
 }
 
 const VALID = 'GET /first HTTP/1.1\r\nHost: x\r\n\r\n';

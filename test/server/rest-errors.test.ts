@@ -28,6 +28,7 @@ function expectError(response: { status: number; body: any; headers: Headers }, 
   expect(response.body.message).toEqual(expect.any(String));
   expect(response.body.message).not.toBe('');
   expect(response.headers.get('x-request-id')).toEqual(expect.any(String));
+  expect(response.headers.get('x-error-code')).toBe(code);
   expect(response.headers.get('content-type')).toMatch(/^application\/json/);
 }
 
@@ -57,6 +58,16 @@ describe('routing', () => {
     expectError(await rest(t.url, 'GET', '/api/v1/nope', { apiKey: tenant.apiKey }), 404, 'ROUTE_NOT_FOUND');
     expectError(await rest(t.url, 'GET', '/api/v1', { apiKey: tenant.apiKey }), 404, 'ROUTE_NOT_FOUND');
     expectError(await rest(t.url, 'POST', '/api/v1/connections/abc/unknown-action', { apiKey: tenant.apiKey, body: {} }), 404, 'ROUTE_NOT_FOUND');
+  });
+
+  it('tells a refused HEAD its code and request id in headers, as its answer has no body', async () => {
+    const response = await fetch(new URL('/api/v1/nope', t.url), { method: 'HEAD', headers: { authorization: `Bearer ${tenant.apiKey}` } });
+    expect({ status: response.status, code: response.headers.get('x-error-code'), body: await response.text() }).toEqual({
+      status: 404,
+      code: 'ROUTE_NOT_FOUND',
+      body: '',
+    });
+    expect(response.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
   });
 
   it('answers an unknown path outside /api/v1 with 404 ROUTE_NOT_FOUND', async () => {
