@@ -285,37 +285,45 @@ export class DeliveryRecords {
   ): Promise<EventDelivery[]> {
     if (events.length === 0) return [];
     const now = new Date(this.now());
+    const refusals = events.map((e) => options.refusal.get(e.organizationId) ?? '');
+    // workflowIdFor's id, built in SQL and here alike: a uuid's text is unchanged by encodeURIComponent.
+    const workflowHeads = events.map((e) => `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(e.organizationId)}/`);
+    const workflowTails = events.map((e) => `/${encodeURIComponent(e.eventId)}`);
     const rows = await this.fanOut.execute(db(em), {
       organizationIds: events.map((e) => e.organizationId),
       eventIds: events.map((e) => e.eventId),
       eventTypes: events.map((e) => e.eventType),
       payloads: events.map((e) => e.payload),
       sendable: events.map((e) => options.sendable.get(e.organizationId) ?? 0),
-      refusals: events.map((e) => options.refusal.get(e.organizationId) ?? ''),
-      // workflowIdFor's id, built in SQL: a uuid's text is unchanged by encodeURIComponent.
-      workflowHeads: events.map((e) => `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(e.organizationId)}/`),
-      workflowTails: events.map((e) => `/${encodeURIComponent(e.eventId)}`),
+      refusals,
+      workflowHeads,
+      workflowTails,
+      keys: events.map((e) => `${e.organizationId}/${e.eventId}`),
       now,
     });
-    const typeOf = new Map(events.map((e) => [`${e.organizationId}/${e.eventId}`, e.eventType]));
     const at = now.getTime();
-    return rows.map((r) => ({
-      id: r.id,
-      organizationId: r.organization_id,
-      endpointId: r.endpoint_id,
-      eventId: r.event_id,
-      eventType: typeOf.get(`${r.organization_id}/${r.event_id}`)!,
-      status: r.status,
-      attemptCount: 0,
-      nextAttemptAtMs: r.status === 'pending' ? at : null,
-      lastError: r.last_error,
-      lastResponseStatus: null,
-      workflowId: r.workflow_id,
-      deliveredAtMs: null,
-      createdAtMs: at,
-      updatedAtMs: at,
-      endpointUrl: r.url,
-    }));
+    return rows.map((r) => {
+      const i = r.event_index - 1;
+      const event = events[i]!;
+      const pending = r.status === 'pending';
+      return {
+        id: r.id,
+        organizationId: event.organizationId,
+        endpointId: r.endpoint_id,
+        eventId: event.eventId,
+        eventType: event.eventType,
+        status: r.status,
+        attemptCount: 0,
+        nextAttemptAtMs: pending ? at : null,
+        lastError: pending ? null : refusals[i]!,
+        lastResponseStatus: null,
+        workflowId: workflowHeads[i]! + r.endpoint_id + workflowTails[i]!,
+        deliveredAtMs: null,
+        createdAtMs: at,
+        updatedAtMs: at,
+        endpointUrl: r.url,
+      };
+    });
   }
 
   /**
@@ -1132,13 +1140,18 @@ interface FanOutParams {
   refusals: string[];
   workflowHeads: string[];
   workflowTails: string[];
+  /** `organization id/event id` of each event, in order: the answer names its event by position. */
+  keys: string[];
   now: Date;
 }
 
 /**
  * recordForSubscribers' insert of every delivery of the events, pending up to what each
  * organization may still send and failed with its refusal beyond, returned with the URL
- * of its endpoint, oldest endpoint first. Compiled once: a publish runs it every time.
+ * of its endpoint, oldest endpoint first. Each row names its event by position (from 1)
+ * and leaves out what the caller knows already (the event, the refusal, the workflow id),
+ * so that a publish's 100 rows are not read back in full. Compiled once: a publish runs it
+ * every time.
  */
 function fanOutStatement(k: Kysely<Tables>, p: FanOutParams) {
   const fannedOut = sql`unnest(
@@ -1164,11 +1177,11 @@ function fanOutStatement(k: Kysely<Tables>, p: FanOutParams) {
                           on e.organization_id = v.organization_id and e.disabled_at is null and v.event_type = any(e.event_names)) s`,
         )
         .onConflict((oc) => oc.columns(['endpoint_id', 'event_id']).doNothing())
-        .returning(['id', 'organization_id', 'endpoint_id', 'event_id', 'status', 'last_error', 'workflow_id']),
+        .returning(['id', 'organization_id', 'endpoint_id', 'event_id', 'status']),
     )
     .selectFrom('recorded as r')
     .innerJoin('webhook_endpoints as e', 'e.id', 'r.endpoint_id')
-    .select(['r.id', 'r.organization_id', 'r.endpoint_id', 'r.event_id', 'r.status', 'r.last_error', 'r.workflow_id', 'e.url'])
+    .select(['r.id', 'r.endpoint_id', 'r.status', 'e.url', sql<number>`array_position(${p.keys}::text[], r.organization_id::text || '/' || r.event_id)`.as('event_index')])
     .orderBy('e.created_at')
     .orderBy('e.id');
 }
