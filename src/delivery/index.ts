@@ -31,5 +31,6 @@ export {
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';
 export { workflowIdFor } from './workflow-id';
+export { CompiledStatement } from './compiled-statement';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';

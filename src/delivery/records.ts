@@ -232,6 +232,7 @@ export class DeliveryRecords {
   private readonly claimAndBegin = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, true));
   private readonly dispatch = new CompiledStatement(dispatchStatement);
   private readonly outcome = new CompiledStatement(outcomeStatement);
+  private readonly fanOut = new CompiledStatement(fanOutStatement);
   private recentQuery: CompiledQuery<RecentDelivery> | undefined;
 
   constructor(options: { now?: () => number; retryIntervalMs?: number } = {}) {
@@ -284,63 +285,45 @@ export class DeliveryRecords {
   ): Promise<EventDelivery[]> {
     if (events.length === 0) return [];
     const now = new Date(this.now());
-    const k = db(em);
-    const column = <T>(values: T[], type: string) => sql`${values}::${sql.raw(type)}[]`;
-    // workflowIdFor's id, built in SQL: a uuid's text is unchanged by encodeURIComponent.
-    const fannedOut = sql`unnest(
-      ${column(events.map((e) => e.organizationId), 'uuid')}, ${column(events.map((e) => e.eventId), 'text')},
-      ${column(events.map((e) => e.eventType), 'text')}, ${column(events.map((e) => e.payload), 'text')},
-      ${column(events.map((e) => options.sendable.get(e.organizationId) ?? 0), 'int8')},
-      ${column(events.map((e) => options.refusal.get(e.organizationId) ?? ''), 'text')},
-      ${column(events.map((e) => `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(e.organizationId)}/`), 'text')},
-      ${column(events.map((e) => `/${encodeURIComponent(e.eventId)}`), 'text')}
-    ) with ordinality as v(organization_id, event_id, event_type, payload, sendable, refusal, workflow_head, workflow_tail, i)`;
-    const sendable = sql<boolean>`s.n <= s.sendable`;
-    const rows = await k
-      .with('recorded', (w) =>
-        w
-          .insertInto('webhook_deliveries')
-          .columns(['id', 'organization_id', 'endpoint_id', 'event_id', 'event_type', 'payload', 'status', 'attempt_count', 'next_attempt_at', 'last_error', 'workflow_id', 'created_at', 'updated_at'])
-          .expression(
-            sql`select gen_random_uuid(), s.organization_id, s.endpoint_id, s.event_id, s.event_type, s.payload,
-                       case when ${sendable} then 'pending' else 'failed' end, 0,
-                       case when ${sendable} then ${now}::timestamptz end,
-                       case when ${sendable} then null else s.refusal end,
-                       s.workflow_head || s.endpoint_id::text || s.workflow_tail, ${now}::timestamptz, ${now}::timestamptz
-                  from (select v.*, e.id as endpoint_id,
-                               row_number() over (partition by v.organization_id order by v.i, e.created_at, e.id) as n
-                          from ${fannedOut}
-                          join webhook_endpoints e
-                            on e.organization_id = v.organization_id and e.disabled_at is null and v.event_type = any(e.event_names)) s`,
-          )
-          .onConflict((oc) => oc.columns(['endpoint_id', 'event_id']).doNothing())
-          .returning(['id', 'organization_id', 'endpoint_id', 'event_id', 'status', 'last_error', 'workflow_id']),
-      )
-      .selectFrom('recorded as r')
-      .innerJoin('webhook_endpoints as e', 'e.id', 'r.endpoint_id')
-      .select(['r.id', 'r.organization_id', 'r.endpoint_id', 'r.event_id', 'r.status', 'r.last_error', 'r.workflow_id', 'e.url'])
-      .orderBy('e.created_at')
-      .orderBy('e.id')
-      .execute();
-    const typeOf = new Map(events.map((e) => [`${e.organizationId}/${e.eventId}`, e.eventType]));
+    const refusals = events.map((e) => options.refusal.get(e.organizationId) ?? '');
+    // workflowIdFor's id, built in SQL and here alike: a uuid's text is unchanged by encodeURIComponent.
+    const workflowHeads = events.map((e) => `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(e.organizationId)}/`);
+    const workflowTails = events.map((e) => `/${encodeURIComponent(e.eventId)}`);
+    const rows = await this.fanOut.execute(db(em), {
+      organizationIds: events.map((e) => e.organizationId),
+      eventIds: events.map((e) => e.eventId),
+      eventTypes: events.map((e) => e.eventType),
+      payloads: events.map((e) => e.payload),
+      sendable: events.map((e) => options.sendable.get(e.organizationId) ?? 0),
+      refusals,
+      workflowHeads,
+      workflowTails,
+      keys: events.map((e) => `${e.organizationId}/${e.eventId}`),
+      now,
+    });
     const at = now.getTime();
-    return rows.map((r) => ({
-      id: r.id,
-      organizationId: r.organization_id,
-      endpointId: r.endpoint_id,
-      eventId: r.event_id,
-      eventType: typeOf.get(`${r.organization_id}/${r.event_id}`)!,
-      status: r.status,
-      attemptCount: 0,
-      nextAttemptAtMs: r.status === 'pending' ? at : null,
-      lastError: r.last_error,
-      lastResponseStatus: null,
-      workflowId: r.workflow_id,
-      deliveredAtMs: null,
-      createdAtMs: at,
-      updatedAtMs: at,
-      endpointUrl: r.url,
-    }));
+    return rows.map((r) => {
+      const i = r.event_index - 1;
+      const event = events[i]!;
+      const pending = r.status === 'pending';
+      return {
+        id: r.id,
+        organizationId: event.organizationId,
+        endpointId: r.endpoint_id,
+        eventId: event.eventId,
+        eventType: event.eventType,
+        status: r.status,
+        attemptCount: 0,
+        nextAttemptAtMs: pending ? at : null,
+        lastError: pending ? null : refusals[i]!,
+        lastResponseStatus: null,
+        workflowId: workflowHeads[i]! + r.endpoint_id + workflowTails[i]!,
+        deliveredAtMs: null,
+        createdAtMs: at,
+        updatedAtMs: at,
+        endpointUrl: r.url,
+      };
+    });
   }
 
   /**
@@ -1146,4 +1129,59 @@ type RecentDelivery = Awaited<ReturnType<ReturnType<typeof recentDeliveriesQuery
 
 function listedQuery(k: Kysely<Tables>) {
   return k.selectFrom('webhook_deliveries as w').select(listedColumns);
+}
+
+interface FanOutParams {
+  organizationIds: string[];
+  eventIds: string[];
+  eventTypes: string[];
+  payloads: string[];
+  sendable: number[];
+  refusals: string[];
+  workflowHeads: string[];
+  workflowTails: string[];
+  /** `organization id/event id` of each event, in order: the answer names its event by position. */
+  keys: string[];
+  now: Date;
+}
+
+/**
+ * recordForSubscribers' insert of every delivery of the events, pending up to what each
+ * organization may still send and failed with its refusal beyond, returned with the URL
+ * of its endpoint, oldest endpoint first. Each row names its event by position (from 1)
+ * and leaves out what the caller knows already (the event, the refusal, the workflow id),
+ * so that a publish's 100 rows are not read back in full. Compiled once: a publish runs it
+ * every time.
+ */
+function fanOutStatement(k: Kysely<Tables>, p: FanOutParams) {
+  const fannedOut = sql`unnest(
+      ${p.organizationIds}::uuid[], ${p.eventIds}::text[], ${p.eventTypes}::text[], ${p.payloads}::text[],
+      ${p.sendable}::int8[], ${p.refusals}::text[], ${p.workflowHeads}::text[], ${p.workflowTails}::text[]
+    ) with ordinality as v(organization_id, event_id, event_type, payload, sendable, refusal, workflow_head, workflow_tail, i)`;
+  const sendable = sql<boolean>`s.n <= s.sendable`;
+  return k
+    .with('recorded', (w) =>
+      w
+        .insertInto('webhook_deliveries')
+        .columns(['id', 'organization_id', 'endpoint_id', 'event_id', 'event_type', 'payload', 'status', 'attempt_count', 'next_attempt_at', 'last_error', 'workflow_id', 'created_at', 'updated_at'])
+        .expression(
+          sql`select gen_random_uuid(), s.organization_id, s.endpoint_id, s.event_id, s.event_type, s.payload,
+                     case when ${sendable} then 'pending' else 'failed' end, 0,
+                     case when ${sendable} then ${p.now}::timestamptz end,
+                     case when ${sendable} then null else s.refusal end,
+                     s.workflow_head || s.endpoint_id::text || s.workflow_tail, ${p.now}::timestamptz, ${p.now}::timestamptz
+                from (select v.*, e.id as endpoint_id,
+                             row_number() over (partition by v.organization_id order by v.i, e.created_at, e.id) as n
+                        from ${fannedOut}
+                        join webhook_endpoints e
+                          on e.organization_id = v.organization_id and e.disabled_at is null and v.event_type = any(e.event_names)) s`,
+        )
+        .onConflict((oc) => oc.columns(['endpoint_id', 'event_id']).doNothing())
+        .returning(['id', 'organization_id', 'endpoint_id', 'event_id', 'status']),
+    )
+    .selectFrom('recorded as r')
+    .innerJoin('webhook_endpoints as e', 'e.id', 'r.endpoint_id')
+    .select(['r.id', 'r.endpoint_id', 'r.status', 'e.url', sql<number>`array_position(${p.keys}::text[], r.organization_id::text || '/' || r.event_id)`.as('event_index')])
+    .orderBy('e.created_at')
+    .orderBy('e.id');
 }

@@ -3,13 +3,14 @@ import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { JsonObject } from '@bufbuild/protobuf';
 import type { Logger } from '../config';
 import { isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
-import type { DeliveryEngine, DeliveryRecords, EventDelivery } from '../delivery';
+import { CompiledStatement, type DeliveryEngine, type DeliveryRecords, type EventDelivery } from '../delivery';
 import { apiError } from '../errors';
 import {
   EVENT_NAME_PATTERN,
   MAX_EVENT_NAME_LENGTH,
   PLANS_WITHOUT_DELIVERIES,
   deliveriesCountedThisMonth,
+  deliveryMonthOf,
   deliveryQuotaLeft,
   planIncludesDeliveries,
   quotaRefusalOf,
@@ -196,26 +197,17 @@ export class EventPublisher {
   ): Promise<{ organizations: Map<string, PublishingOrganization>; recorded: Set<string> }> {
     const known = events.filter((e) => isUuid(e.organizationId));
     if (known.length === 0) return { organizations: new Map(), recorded: new Set() };
-    const { rows } = await sql<{ id: string; plan: Plan; monthly_delivery_quota: string | null; counted: string | null; recorded: string[] }>`
-      with organization as (
-        select o.id, o.plan, o.monthly_delivery_quota, ${deliveriesCountedThisMonth(sql.ref('o.id'), now)} as counted
-          from organizations o
-         where o.id = any(${[...new Set(known.map((e) => e.organizationId))]}::uuid[])
-      ), recorded as (
-        insert into events (id, organization_id, event_id, event_type, payload, occurred_at, publisher, skipped_reason, created_at)
-        select gen_random_uuid(), v.organization_id, v.event_id, v.event_type, v.payload::jsonb, v.occurred_at, ${publisher}::text,
-               case when o.plan::text = any(${PLANS_WITHOUT_DELIVERIES}::text[]) then ${PLAN_EXCLUDES_WEBHOOKS}::text end, ${now}::timestamptz
-          from unnest(${known.map((e) => e.organizationId)}::uuid[], ${known.map((e) => e.eventId)}::text[], ${known.map((e) => e.eventType)}::text[],
-                      ${known.map((e) => e.payloadJson)}::text[], ${known.map((e) => e.occurredAt ?? now)}::timestamptz[])
-               with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, i)
-          join organization o on o.id = v.organization_id
-         order by v.i
-        on conflict (organization_id, event_id) do nothing
-        returning organization_id, event_id
-      )
-      select o.id, o.plan, o.monthly_delivery_quota, o.counted,
-             array(select r.event_id from recorded r where r.organization_id = o.id) as recorded
-        from organization o`.execute(db(tx));
+    const rows = await recordEventsStatement.execute(db(tx), {
+      organizationIds: [...new Set(known.map((e) => e.organizationId))],
+      month: deliveryMonthOf(now),
+      eventOrganizationIds: known.map((e) => e.organizationId),
+      eventIds: known.map((e) => e.eventId),
+      eventTypes: known.map((e) => e.eventType),
+      payloads: known.map((e) => e.payloadJson),
+      occurredAt: known.map((e) => e.occurredAt ?? now),
+      publisher,
+      now,
+    });
     return {
       organizations: new Map(
         rows.map((r) => [
@@ -336,6 +328,42 @@ function checkEvent(event: NewEvent, index: number): CheckedEvent {
   }
   return { ...event, payload, payloadJson };
 }
+
+interface RecordEventsParams {
+  organizationIds: string[];
+  month: string;
+  eventOrganizationIds: string[];
+  eventIds: string[];
+  eventTypes: string[];
+  payloads: string[];
+  occurredAt: Date[];
+  publisher: string;
+  now: Date;
+}
+
+/** recordEvents' statement, compiled once: every publish runs it. */
+const recordEventsStatement = new CompiledStatement((k: Kysely<Tables>, p: RecordEventsParams) => {
+  const statement = sql<{ id: string; plan: Plan; monthly_delivery_quota: string | null; counted: string | null; recorded: string[] }>`
+    with organization as (
+      select o.id, o.plan, o.monthly_delivery_quota, ${deliveriesCountedThisMonth(sql.ref('o.id'), p.month)} as counted
+        from organizations o
+       where o.id = any(${p.organizationIds}::uuid[])
+    ), recorded as (
+      insert into events (id, organization_id, event_id, event_type, payload, occurred_at, publisher, skipped_reason, created_at)
+      select gen_random_uuid(), v.organization_id, v.event_id, v.event_type, v.payload::jsonb, v.occurred_at, ${p.publisher}::text,
+             case when o.plan::text = any(${PLANS_WITHOUT_DELIVERIES}::text[]) then ${PLAN_EXCLUDES_WEBHOOKS}::text end, ${p.now}::timestamptz
+        from unnest(${p.eventOrganizationIds}::uuid[], ${p.eventIds}::text[], ${p.eventTypes}::text[], ${p.payloads}::text[], ${p.occurredAt}::timestamptz[])
+             with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, i)
+        join organization o on o.id = v.organization_id
+       order by v.i
+      on conflict (organization_id, event_id) do nothing
+      returning organization_id, event_id
+    )
+    select o.id, o.plan, o.monthly_delivery_quota, o.counted,
+           array(select r.event_id from recorded r where r.organization_id = o.id) as recorded
+      from organization o`;
+  return { compile: () => statement.compile(k) };
+});
 
 /** Epoch milliseconds, truncated as a JavaScript Date truncates microseconds. */
 const epochMs = (column: string) => sql<number>`floor(extract(epoch from ${sql.ref(column)}) * 1000)::float8`;

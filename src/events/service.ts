@@ -1,13 +1,11 @@
-import { create } from '@bufbuild/protobuf';
 import { timestampDate, timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
-import {
-  EventDeliverySchema,
-  PublishedEventSchema,
-  type EventService,
-  type PublishEventRequest,
-  type PublishEventsRequest,
-  type PublishedEvent as PublishedEventMessage,
+import type {
+  EventDelivery as EventDeliveryMessage,
+  EventService,
+  PublishEventRequest,
+  PublishEventsRequest,
+  PublishedEvent as PublishedEventMessage,
 } from '../gen/publishing/internal/v1/event_service_pb';
 import { requireInternalService } from '../auth';
 import { entityManagerOf } from '../db';
@@ -44,8 +42,13 @@ function newEvent(req: PublishEventRequest): NewEvent {
   };
 }
 
+/**
+ * Message literals, not create(): create() copies every field of its init, and a publish
+ * answers with a message per subscribed endpoint. Every field is set, as create() would.
+ */
 function eventMessage(event: PublishedEvent): PublishedEventMessage {
-  return create(PublishedEventSchema, {
+  return {
+    $typeName: 'publishing.internal.v1.PublishedEvent',
     organizationId: event.organizationId,
     eventId: event.eventId,
     eventType: event.eventType,
@@ -54,8 +57,15 @@ function eventMessage(event: PublishedEvent): PublishedEventMessage {
     publisher: event.publisher,
     replayed: event.replayed,
     skippedReason: event.skippedReason ?? '',
-    deliveries: event.deliveries.map((d) =>
-      create(EventDeliverySchema, { deliveryId: d.id, endpointId: d.endpointId, workflowId: d.workflowId, status: d.status, lastError: d.lastError ?? '' }),
+    deliveries: event.deliveries.map(
+      (d): EventDeliveryMessage => ({
+        $typeName: 'publishing.internal.v1.EventDelivery',
+        deliveryId: d.id,
+        endpointId: d.endpointId,
+        workflowId: d.workflowId,
+        status: d.status,
+        lastError: d.lastError ?? '',
+      }),
     ),
-  });
+  };
 }

@@ -14,7 +14,8 @@ function monthlyLimitOf(organization: Pick<Organization, 'plan' | 'monthlyDelive
   return organization.plan === 'enterprise' ? (organization.monthlyDeliveryQuota ?? 0) : MONTHLY_DELIVERIES[organization.plan];
 }
 
-function monthOf(now: Date): string {
+/** The month of `now` as the quota counts it (deliveriesCountedThisMonth takes it). */
+export function deliveryMonthOf(now: Date): string {
   return `${now.toISOString().slice(0, 7)}-01`;
 }
 
@@ -31,13 +32,14 @@ function quotaRefusal(limit: number): string {
 }
 
 /**
- * Deliveries counted against the organization's quota this month, as last committed: SQL
- * for the caller's statement (the organization id an expression of it), no lock taken.
+ * Deliveries counted against the organization's quota in `month` (deliveryMonthOf), as
+ * last committed: SQL for the caller's statement (the organization id an expression of
+ * it), no lock taken; the month is a value, so a statement compiled once can take it.
  * Within a month the count only grows, so what it leaves is the most that
  * takeDeliveryQuotaUpTo can grant later in the same transaction.
  */
-export function deliveriesCountedThisMonth(organizationId: Expression<string>, now: Date): RawBuilder<string | null> {
-  return sql<string | null>`(select u.deliveries from delivery_usage u where u.organization_id = ${organizationId} and u.month = ${monthOf(now)}::date)`;
+export function deliveriesCountedThisMonth(organizationId: Expression<string>, month: string): RawBuilder<string | null> {
+  return sql<string | null>`(select u.deliveries from delivery_usage u where u.organization_id = ${organizationId} and u.month = ${month}::date)`;
 }
 
 /** Deliveries the month's quota has left after `counted` (deliveriesCountedThisMonth); 0 on a plan without deliveries. */
@@ -66,7 +68,7 @@ export async function takeDeliveryQuotaUpTo(
 ): Promise<{ granted: number; limit: number }> {
   const limit = monthlyLimitOf(organization);
   if (wanted <= 0 || limit <= 0) return { granted: 0, limit };
-  const month = monthOf(now);
+  const month = deliveryMonthOf(now);
   // `locked` waits for a concurrent publish to commit and then reads the row as it left it;
   // the update computes from that value. A month without a row yet is created with what it
   // grants; when a concurrent publish created it first, nothing is returned and the
@@ -115,7 +117,7 @@ export async function takeDeliveryQuota(
      on conflict (organization_id, month) do update set deliveries = delivery_usage.deliveries + 1
        where delivery_usage.deliveries < ?
      returning deliveries`,
-    [organization.id, monthOf(now), limit],
+    [organization.id, deliveryMonthOf(now), limit],
   );
   if (rows.length === 0) {
     const next = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1));
