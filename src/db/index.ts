@@ -6,3 +6,4 @@ export { isUniqueViolation, isDatabaseUnavailable } from './errors';
 export { resolveDatabaseUrl, EmbeddedDatabaseBusyError, type ResolvedDatabase } from './resolve';
 export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, PageRequestError, LAST_INSTANT_MS, type Cursor } from './pagination';
 export { isUuid } from './ids';
+export { epochMs } from './epoch';

@@ -2,7 +2,7 @@ import { sql, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { JsonObject } from '@bufbuild/protobuf';
 import type { Logger } from '../config';
-import { isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
+import { epochMs, isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
 import { CompiledStatement, type DeliveryEngine, type DeliveryRecords, type EventDelivery } from '../delivery';
 import { apiError } from '../errors';
 import {
@@ -364,9 +364,6 @@ const recordEventsStatement = new CompiledStatement((k: Kysely<Tables>, p: Recor
       from organization o`;
   return { compile: () => statement.compile(k) };
 });
-
-/** Epoch milliseconds, truncated as a JavaScript Date truncates microseconds. */
-const epochMs = (column: string) => sql<number>`floor(extract(epoch from ${sql.ref(column)}) * 1000)::float8`;
 
 function eventColumns(k: Kysely<Tables>) {
   return k

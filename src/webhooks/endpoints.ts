@@ -1,6 +1,6 @@
-import { sql, type Kysely } from 'kysely';
+import type { Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
-import type { Cursor, EntityManager, WebhookEndpointSchema } from '../db';
+import { epochMs, type Cursor, type EntityManager, type WebhookEndpointSchema } from '../db';
 
 type Tables = InferKyselyDB<typeof WebhookEndpointSchema>;
 const db = (em: EntityManager): Kysely<Tables> => em.getKysely<Tables>();
@@ -14,9 +14,6 @@ export interface ListedEndpoint {
   disabledAtMs: number | null;
   createdAtMs: number;
 }
-
-/** Milliseconds, truncated as the driver's Date of the column would be. */
-const epochMs = <T extends number | null = number>(column: string) => sql<T>`floor(extract(epoch from ${sql.ref(column)}) * 1000)::float8`;
 
 /**
  * Up to `limit` endpoints of an organization, oldest first, after `cursor`. Plain rows: the
