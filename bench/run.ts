@@ -17,7 +17,7 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { makeTestTls, type TestTls } from '../test/support/tls';
-import { openDatabase, migrate } from '../src/db';
+import { ensureServiceRoles, openDatabase, migrate } from '../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../src/auth';
 import { quotaRefusalOf } from '../src/webhooks';
 import { baseEnv, killAllChildren, percentile, sleep, startChild, startLoad, withCpu, type Child, type Load } from './lib';
@@ -1358,6 +1358,8 @@ async function main(): Promise<number> {
   await admin(async (c) => {
     await c.query(`drop database if exists ${DB_NAME} with (force)`);
     await c.query(`create database ${DB_NAME}`);
+    // The migrations grant to the service role by name; on a fresh cluster nothing has made it yet.
+    await ensureServiceRoles(c, { login: true });
   });
   const pool = new Pool({ connectionString: DATABASE_URL, max: 4 });
   // An idle client dropped by the server must not crash the run; the next query reports it.
