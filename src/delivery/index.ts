@@ -18,7 +18,11 @@ export {
   INTERRUPTED_ATTEMPT,
   type ListedDelivery,
   type NewDelivery,
+  fanOutInsertSql,
+  DELIVERY_EVENT_UNIQUE,
+  fannedOutDelivery,
   type FannedOutEvent,
+  type FannedOutRow,
   type EventDelivery,
   type KillSwitchState,
   type DeliveryView,
@@ -30,7 +34,7 @@ export {
 } from './records';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';
-export { workflowIdFor } from './workflow-id';
+export { workflowIdFor, workflowIdParts } from './workflow-id';
 export { CompiledStatement } from './compiled-statement';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';

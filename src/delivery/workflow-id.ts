@@ -11,3 +11,12 @@ export function workflowIdFor(ref: Pick<DeliveryRef, 'organizationId' | 'endpoin
   const parts = [ref.organizationId, ref.endpointId, ref.eventId].map(encodeURIComponent);
   return [DELIVERY_WORKFLOW_ID_PREFIX, ...parts].join('/');
 }
+
+/**
+ * workflowIdFor's id around the endpoint id, for a statement that records an event's
+ * deliveries and builds each id as head || endpoint id || tail: a uuid's text is unchanged
+ * by encodeURIComponent, so the result is workflowIdFor's.
+ */
+export function workflowIdParts(organizationId: string, eventId: string): { workflowHead: string; workflowTail: string } {
+  return { workflowHead: `${DELIVERY_WORKFLOW_ID_PREFIX}/${encodeURIComponent(organizationId)}/`, workflowTail: `/${encodeURIComponent(eventId)}` };
+}

@@ -2,19 +2,32 @@ import { sql, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { JsonObject } from '@bufbuild/protobuf';
 import type { Logger } from '../config';
-import { epochMs, isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
-import { CompiledStatement, type DeliveryEngine, type DeliveryRecords, type EventDelivery } from '../delivery';
+import { epochMs, isUniqueViolation, isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
+import {
+  CompiledStatement,
+  DELIVERY_EVENT_UNIQUE,
+  fanOutInsertSql,
+  fannedOutDelivery,
+  workflowIdParts,
+  type DeliveryEngine,
+  type DeliveryRecords,
+  type EventDelivery,
+  type FannedOutEvent,
+  type FannedOutRow,
+} from '../delivery';
 import { apiError } from '../errors';
 import {
   EVENT_NAME_PATTERN,
   MAX_EVENT_NAME_LENGTH,
   PLANS_WITHOUT_DELIVERIES,
+  createDeliveryCounts,
   deliveriesCountedThisMonth,
   deliveryMonthOf,
-  deliveryQuotaLeft,
+  deliveryQuotaTakeSql,
+  monthlyDeliveryLimitSql,
   planIncludesDeliveries,
   quotaRefusalOf,
-  takeDeliveryQuotaUpTo,
+  quotaRefusalSql,
 } from '../webhooks';
 
 /** Limits of the contract the README documents (Internal event service). */
@@ -76,9 +89,14 @@ export class EventPublisher {
     return new ChangeEvents(this);
   }
 
-  /** Records the events in one transaction, then starts their new deliveries once it committed. */
+  /**
+   * Records the events, all or none, then starts their new deliveries once that committed.
+   * One event is recorded by one statement, which commits on its own (publishEvents writes
+   * nothing else); a batch takes a transaction.
+   */
   async publish(em: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
-    const published = await em.transactional((tx) => this.publishEvents(tx, events, publisher));
+    const published =
+      events.length === 1 ? await this.publishEvents(em, events, publisher) : await em.transactional((tx) => this.publishEvents(tx, events, publisher));
     await this.startDeliveries(published);
     return published;
   }
@@ -86,17 +104,15 @@ export class EventPublisher {
   /**
    * Records the events and their deliveries in the caller's transaction, so an event is
    * stored exactly when the change that caused it is. Validates every event before
-   * writing anything; a refusal names the event by its index, and one found while writing
-   * (an unknown organization, a conflicting republish) leaves the transaction to roll back
-   * what was written. The deliveries are due at once (the embedded engine finds them by
-   * polling); call startDeliveries after the commit so that Temporal starts them without
+   * writing anything; a refusal names the event by its index, and one found after the
+   * write (an unknown organization, a conflicting republish) leaves the transaction to roll
+   * back what was written. The deliveries are due at once (the embedded engine finds them
+   * by polling); call startDeliveries after the commit so that Temporal starts them without
    * waiting for the pending sweep.
    *
-   * A constant number of statements, however many events and endpoints: the organizations
-   * read and the events recorded in one, the republished ones compared in one select, every
-   * delivery in one insert, and last the quota, one statement per organization with
-   * deliveries to send, so that the lock on its month's count is held from there to the
-   * commit only.
+   * Every write is one statement (publishStatement), however many events and endpoints: on
+   * its own, outside a transaction, it records one event all or nothing. What follows it
+   * only reads: the republished events, compared in one select, and their deliveries.
    */
   async publishEvents(tx: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
     const checked = events.map(checkEvent);
@@ -106,7 +122,9 @@ export class EventPublisher {
       if (!firstIndex.has(keyOf(event))) firstIndex.set(keyOf(event), index);
     });
     const firsts = [...firstIndex.values()].map((index) => checked[index]!);
-    const { organizations, recorded } = await this.recordEvents(tx, firsts, publisher, now);
+    const { organizations, recorded, deliveries } = await this.record(tx, firsts, publisher, now).catch((error: unknown) => {
+      throw isUniqueViolation(error, DELIVERY_EVENT_UNIQUE) ? takenByAnotherDelivery(error, checked) : error;
+    });
     checked.forEach((event, index) => {
       if (!organizations.has(event.organizationId)) {
         throw apiError('ORGANIZATION_NOT_FOUND', `No organization ${event.organizationId.slice(0, 64)}.`, { metadata: { index: String(index) } });
@@ -124,19 +142,8 @@ export class EventPublisher {
         });
       }
     }
-
-    const fannedOut = firsts.filter((event) => recorded.has(keyOf(event)) && planIncludesDeliveries(organizations.get(event.organizationId)!));
-    const deliveries = await this.deps.deliveries.recordForSubscribers(
-      tx,
-      fannedOut.map((event) => ({ organizationId: event.organizationId, eventId: event.eventId, eventType: event.eventType, payload: bodyOf(event, now) })),
-      {
-        sendable: new Map([...organizations.values()].map((o) => [o.id, deliveryQuotaLeft(o, o.counted)])),
-        refusal: new Map([...organizations.values()].map((o) => [o.id, quotaRefusalOf(o)])),
-      },
-    );
     const earlier = [...existing.values()].filter((row) => !recorded.has(keyOf(row)));
     const deliveriesOf = groupByEvent([...deliveries, ...(await this.deps.deliveries.listByEvents(tx, uniqueEvents(earlier)))]);
-    await this.takeQuota(tx, fannedOut, deliveriesOf, organizations, now);
 
     return checked.map((event, index) => {
       const key = keyOf(event);
@@ -184,39 +191,66 @@ export class EventPublisher {
   }
 
   /**
-   * Records the events whose organization exists, in one statement that also reads those
-   * organizations with the deliveries counted against their quotas this month (as last
-   * committed). Returns the organizations found and the events recorded now (an event
-   * recorded before is left as it is, and not among them).
+   * Runs publishStatement for the events whose organization exists. Returns the
+   * organizations found, the events recorded now (an event recorded before is left as it
+   * is, and not among them) and their deliveries. The statement writes nothing while an
+   * organization that may send deliveries has no count for the month yet: the counts are
+   * created, on their own, and the statement runs again.
    */
-  private async recordEvents(
+  private async record(
     tx: EntityManager,
     events: CheckedEvent[],
     publisher: string,
     now: Date,
-  ): Promise<{ organizations: Map<string, PublishingOrganization>; recorded: Set<string> }> {
+  ): Promise<{ organizations: Map<string, PublishingOrganization>; recorded: Set<string>; deliveries: EventDelivery[] }> {
     const known = events.filter((e) => isUuid(e.organizationId));
-    if (known.length === 0) return { organizations: new Map(), recorded: new Set() };
-    const rows = await recordEventsStatement.execute(db(tx), {
+    if (known.length === 0) return { organizations: new Map(), recorded: new Set(), deliveries: [] };
+    const month = deliveryMonthOf(now);
+    const fannedOut: FannedOutEvent[] = known.map((e) => ({
+      organizationId: e.organizationId,
+      eventId: e.eventId,
+      eventType: e.eventType,
+      ...workflowIdParts(e.organizationId, e.eventId),
+    }));
+    const params: PublishParams = {
       organizationIds: [...new Set(known.map((e) => e.organizationId))],
-      month: deliveryMonthOf(now),
+      month,
       eventOrganizationIds: known.map((e) => e.organizationId),
       eventIds: known.map((e) => e.eventId),
       eventTypes: known.map((e) => e.eventType),
       payloads: known.map((e) => e.payloadJson),
       occurredAt: known.map((e) => e.occurredAt ?? now),
+      bodies: known.map((e) => bodyOf(e, now)),
+      workflowHeads: fannedOut.map((e) => e.workflowHead),
+      workflowTails: fannedOut.map((e) => e.workflowTail),
       publisher,
       now,
-    });
-    return {
-      organizations: new Map(
-        rows.map((r) => [
-          r.id,
-          { id: r.id, plan: r.plan, monthlyDeliveryQuota: r.monthly_delivery_quota === null ? null : Number(r.monthly_delivery_quota), counted: Number(r.counted ?? 0) },
-        ]),
-      ),
-      recorded: new Set(rows.flatMap((r) => r.recorded.map((eventId) => keyOf({ organizationId: r.id, eventId })))),
     };
+    for (let run = 1; ; run++) {
+      const [row] = await publishStatement.execute(db(tx), params);
+      const uncounted = (row!.organizations ?? []).filter(([, , , , isUncounted]) => isUncounted).map(([id]) => id);
+      if (uncounted.length > 0) {
+        // Nothing was written: the month's counts are made, then the statement runs again.
+        if (run === 2) throw new Error(`The delivery counts of ${uncounted.join(', ')} for ${month} neither exist nor can be created.`);
+        await createDeliveryCounts(tx, uncounted, month);
+        continue;
+      }
+      const organizations = new Map(
+        (row!.organizations ?? []).map(([id, plan, quota, counted]): [string, PublishingOrganization] => [
+          id,
+          { id, plan, monthlyDeliveryQuota: quota === null ? null : Number(quota), counted: Number(counted ?? 0) },
+        ]),
+      );
+      const refusals = new Map([...organizations.values()].map((o) => [o.id, quotaRefusalOf(o)]));
+      const at = now.getTime();
+      return {
+        organizations,
+        recorded: new Set((row!.recorded ?? []).map(([organizationId, eventId]) => keyOf({ organizationId, eventId }))),
+        deliveries: pairDeliveries(row!, fannedOut).map(({ delivered: [id, endpointId, , status], event, url }) =>
+          fannedOutDelivery({ id, endpoint_id: endpointId, status }, event, url, refusals.get(event.organizationId)!, at),
+        ),
+      };
+    }
   }
 
   /**
@@ -237,41 +271,6 @@ export class EventPublisher {
         join events ev on ev.organization_id = c.organization_id and ev.event_id = c.event_id
        order by c.i`.execute(db(tx));
     return new Map(rows.map((row) => [Number(row.i), { ...eventOf(row, true), samePayload: row.samePayload }]));
-  }
-
-  /**
-   * Counts the pending deliveries just recorded against their organizations' quotas, in the
-   * order they were recorded (events in order, oldest endpoint first), and records those
-   * beyond what was granted failed with the reason: recordForSubscribers made pending only
-   * what the quota had left as last committed, and concurrent publishes may have taken
-   * some of it since. Organizations in a fixed order, so two batches never wait on each other.
-   */
-  private async takeQuota(
-    tx: EntityManager,
-    fannedOut: CheckedEvent[],
-    deliveriesOf: Map<string, EventDelivery[]>,
-    organizations: Map<string, PublishingOrganization>,
-    now: Date,
-  ): Promise<void> {
-    const pending = new Map<string, EventDelivery[]>();
-    for (const event of fannedOut) {
-      for (const delivery of deliveriesOf.get(keyOf(event)) ?? []) {
-        if (delivery.status !== 'pending') continue;
-        const list = pending.get(event.organizationId) ?? [];
-        if (list.length === 0) pending.set(event.organizationId, list);
-        list.push(delivery);
-      }
-    }
-    for (const organizationId of [...pending.keys()].sort()) {
-      const organization = organizations.get(organizationId)!;
-      const wanted = pending.get(organizationId)!;
-      const { granted } = await takeDeliveryQuotaUpTo(tx, organization, now, wanted.length);
-      const refused = wanted.slice(granted);
-      if (refused.length === 0) continue;
-      const reason = quotaRefusalOf(organization);
-      await this.deps.deliveries.refuse(tx, refused.map((d) => d.id), reason);
-      for (const delivery of refused) Object.assign(delivery, { status: 'failed', lastError: reason, nextAttemptAtMs: null });
-    }
   }
 }
 
@@ -329,7 +328,7 @@ function checkEvent(event: NewEvent, index: number): CheckedEvent {
   return { ...event, payload, payloadJson };
 }
 
-interface RecordEventsParams {
+interface PublishParams {
   organizationIds: string[];
   month: string;
   eventOrganizationIds: string[];
@@ -337,31 +336,122 @@ interface RecordEventsParams {
   eventTypes: string[];
   payloads: string[];
   occurredAt: Date[];
+  /** The delivered body of each event (bodyOf). */
+  bodies: string[];
+  workflowHeads: string[];
+  workflowTails: string[];
   publisher: string;
   now: Date;
 }
 
-/** recordEvents' statement, compiled once: every publish runs it. */
-const recordEventsStatement = new CompiledStatement((k: Kysely<Tables>, p: RecordEventsParams) => {
-  const statement = sql<{ id: string; plan: Plan; monthly_delivery_quota: string | null; counted: string | null; recorded: string[] }>`
-    with organization as (
-      select o.id, o.plan, o.monthly_delivery_quota, ${deliveriesCountedThisMonth(sql.ref('o.id'), p.month)} as counted
+/** What publishStatement answers, as JSON arrays (one row, parsed at once, instead of a row per delivery). */
+interface PublishRow {
+  /** [id, plan, monthly_delivery_quota, counted this month (null: no count yet), the statement wrote nothing for want of that count]. */
+  organizations: [string, Plan, number | null, number | null, boolean][] | null;
+  /** [organization id, event id] of each event recorded now. */
+  recorded: [string, string][] | null;
+  /** [endpoint id, endpoint URL, the event's position from 1] of each delivery to record: each event's in order, oldest endpoint first. */
+  subscribed: [string, string, number][] | null;
+  /**
+   * [id, endpoint id, event id, status] of each delivery recorded, in no order. Paired with
+   * `subscribed` here, not in SQL: the planner cannot know the two CTEs' sizes, and joined
+   * them by a nested loop that cost a third of the statement at 100 endpoints.
+   */
+  delivered: [string, string, string, FannedOutRow['status']][] | null;
+}
+
+/**
+ * The refusal of an event whose id an endpoint's test delivery (`evt_` and 32 hex digits)
+ * took already: deliveries are unique per endpoint and event id, so it cannot be sent there.
+ * PostgreSQL names the event id in the violation's detail.
+ */
+function takenByAnotherDelivery(error: unknown, events: CheckedEvent[]): Error {
+  const { detail, cause } = error as { detail?: unknown; cause?: { detail?: unknown } };
+  const eventId = /=\([^,]+, (.*)\) already exists/.exec(String(detail ?? cause?.detail ?? ''))?.[1];
+  const index = events.findIndex((e) => e.eventId === eventId);
+  return apiError('EVENT_CONFLICT', `Event id ${eventId ?? 'of this call'} is taken by another delivery (a test delivery) to an endpoint of the organization.`, {
+    metadata: index >= 0 ? { index: String(index), eventId: eventId! } : {},
+  });
+}
+
+/** The deliveries publishStatement recorded, in the order of `subscribed`; one that existed already is not among them. */
+function pairDeliveries(
+  row: PublishRow,
+  events: FannedOutEvent[],
+): { delivered: NonNullable<PublishRow['delivered']>[number]; event: FannedOutEvent; url: string }[] {
+  const delivered = new Map((row.delivered ?? []).map((d) => [`${d[1]}/${d[2]}`, d]));
+  return (row.subscribed ?? []).flatMap(([endpointId, url, i]) => {
+    const event = events[i - 1]!;
+    const d = delivered.get(`${endpointId}/${event.eventId}`);
+    return d ? [{ delivered: d, event, url }] : [];
+  });
+}
+
+/**
+ * A publish's one statement, compiled once. It reads the organizations with the
+ * deliveries counted this month (as last committed), records the events (those recorded
+ * before are left as they are), and for each new event, one delivery per active endpoint
+ * subscribed to its type: the quota's part (webhooks' deliveryQuotaTakeSql) counts those
+ * of each organization with something left, in the order of the events and oldest
+ * endpoint first, and the deliveries' part (delivery's fanOutInsertSql) records them,
+ * pending as far as counted and failed with the quota's refusal beyond. Each table's part
+ * is written by its owner; this statement only wires them. A plan without deliveries
+ * records the event with its reason and no delivery.
+ *
+ * An organization that may send deliveries but has no count for the month yet makes the
+ * statement write nothing (the count must exist to be locked); the caller creates it and
+ * runs the statement again.
+ */
+const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishParams) => {
+  const statement = sql<PublishRow>`
+    with input as (
+      select *
+        from unnest(${p.eventOrganizationIds}::uuid[], ${p.eventIds}::text[], ${p.eventTypes}::text[], ${p.payloads}::text[],
+                    ${p.occurredAt}::timestamptz[], ${p.bodies}::text[], ${p.workflowHeads}::text[], ${p.workflowTails}::text[])
+             with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, body, workflow_head, workflow_tail, i)
+    ), organization as (
+      select o.id, o.plan, o.monthly_delivery_quota, ${deliveriesCountedThisMonth(sql.ref('o.id'), p.month)} as counted,
+             ${monthlyDeliveryLimitSql(sql.ref('o.plan'), sql.ref('o.monthly_delivery_quota'))} as monthly_limit,
+             o.plan::text = any(${PLANS_WITHOUT_DELIVERIES}::text[]) as without_deliveries
         from organizations o
        where o.id = any(${p.organizationIds}::uuid[])
+    ), uncounted as (
+      select o.id from organization o where o.counted is null and o.monthly_limit > 0 and not o.without_deliveries
     ), recorded as (
       insert into events (id, organization_id, event_id, event_type, payload, occurred_at, publisher, skipped_reason, created_at)
       select gen_random_uuid(), v.organization_id, v.event_id, v.event_type, v.payload::jsonb, v.occurred_at, ${p.publisher}::text,
-             case when o.plan::text = any(${PLANS_WITHOUT_DELIVERIES}::text[]) then ${PLAN_EXCLUDES_WEBHOOKS}::text end, ${p.now}::timestamptz
-        from unnest(${p.eventOrganizationIds}::uuid[], ${p.eventIds}::text[], ${p.eventTypes}::text[], ${p.payloads}::text[], ${p.occurredAt}::timestamptz[])
-             with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, i)
+             case when o.without_deliveries then ${PLAN_EXCLUDES_WEBHOOKS}::text end, ${p.now}::timestamptz
+        from input v
         join organization o on o.id = v.organization_id
+       where not exists (select 1 from uncounted)
        order by v.i
       on conflict (organization_id, event_id) do nothing
       returning organization_id, event_id
-    )
-    select o.id, o.plan, o.monthly_delivery_quota, o.counted,
-           array(select r.event_id from recorded r where r.organization_id = o.id) as recorded
-      from organization o`;
+    ), subscribed as (
+      select v.organization_id, e.id as endpoint_id, e.url, v.event_id, v.event_type, v.body, v.workflow_head, v.workflow_tail, v.i,
+             row_number() over (partition by v.organization_id order by v.i, e.created_at, e.id) as n
+        from input v
+        join recorded r on r.organization_id = v.organization_id and r.event_id = v.event_id
+        join organization o on o.id = v.organization_id and not o.without_deliveries
+        join webhook_endpoints e on e.organization_id = v.organization_id and e.disabled_at is null and v.event_type = any(e.event_names)
+    ), wanted as (
+      select s.organization_id, count(*) as wanted, o.monthly_limit
+        from subscribed s
+        join organization o on o.id = s.organization_id
+       where o.monthly_limit > o.counted
+       group by s.organization_id, o.monthly_limit
+    ), ${deliveryQuotaTakeSql(p.month)}, fan_out as (
+      select s.*, s.n <= coalesce(g.granted, 0) as sendable, ${quotaRefusalSql(sql.ref('o.monthly_limit'))} as refusal
+        from subscribed s
+        join organization o on o.id = s.organization_id
+        left join quota_granted g on g.organization_id = s.organization_id
+    ), delivered as (${fanOutInsertSql('fan_out', p.now)})
+    select
+      (select json_agg(json_build_array(o.id, o.plan, o.monthly_delivery_quota, o.counted, o.id in (select u.id from uncounted u)))
+         from organization o) as organizations,
+      (select json_agg(json_build_array(r.organization_id, r.event_id)) from recorded r) as recorded,
+      (select json_agg(json_build_array(s.endpoint_id, s.url, s.i) order by s.i, s.n) from subscribed s) as subscribed,
+      (select json_agg(json_build_array(d.id, d.endpoint_id, d.event_id, d.status)) from delivered d) as delivered`;
   return { compile: () => statement.compile(k) };
 });
 

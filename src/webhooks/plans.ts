@@ -26,25 +26,11 @@ export function planIncludesDeliveries(organization: Pick<Organization, 'plan'>)
   return !PLANS_WITHOUT_DELIVERIES.includes(organization.plan);
 }
 
-/** Why a delivery over a monthly quota of `limit` was not sent; stored as its last error. */
+/** Why a delivery over a monthly quota was not sent, around the limit; stored as its last error. */
+const QUOTA_REFUSAL = ['The monthly quota of ', ' webhook deliveries is used up (DELIVERY_QUOTA_EXCEEDED).'] as const;
+
 function quotaRefusal(limit: number): string {
-  return `The monthly quota of ${limit} webhook deliveries is used up (DELIVERY_QUOTA_EXCEEDED).`;
-}
-
-/**
- * Deliveries counted against the organization's quota in `month` (deliveryMonthOf), as
- * last committed: SQL for the caller's statement (the organization id an expression of
- * it), no lock taken; the month is a value, so a statement compiled once can take it.
- * Within a month the count only grows, so what it leaves is the most that
- * takeDeliveryQuotaUpTo can grant later in the same transaction.
- */
-export function deliveriesCountedThisMonth(organizationId: Expression<string>, month: string): RawBuilder<string | null> {
-  return sql<string | null>`(select u.deliveries from delivery_usage u where u.organization_id = ${organizationId} and u.month = ${month}::date)`;
-}
-
-/** Deliveries the month's quota has left after `counted` (deliveriesCountedThisMonth); 0 on a plan without deliveries. */
-export function deliveryQuotaLeft(organization: Pick<Organization, 'plan' | 'monthlyDeliveryQuota'>, counted: number): number {
-  return planIncludesDeliveries(organization) ? Math.max(0, monthlyLimitOf(organization) - counted) : 0;
+  return `${QUOTA_REFUSAL[0]}${limit}${QUOTA_REFUSAL[1]}`;
 }
 
 /** Why a delivery over the monthly quota of the organization was not sent; stored as its last error. */
@@ -52,48 +38,65 @@ export function quotaRefusalOf(organization: Pick<Organization, 'plan' | 'monthl
   return quotaRefusal(monthlyLimitOf(organization));
 }
 
+/** The month's delivery limit of an organization as SQL, from its plan and its own quota (Enterprise). */
+export function monthlyDeliveryLimitSql(plan: Expression<Plan>, monthlyDeliveryQuota: Expression<string | null>): RawBuilder<number> {
+  const byPlan = Object.entries(MONTHLY_DELIVERIES).map(([name, limit]) => sql`when ${name}::text then ${sql.lit(limit)}`);
+  return sql<number>`(case ${plan}::text ${sql.join(byPlan, sql` `)} when 'enterprise' then coalesce(${monthlyDeliveryQuota}, 0) else 0 end)::int8`;
+}
+
+/** quotaRefusalOf as SQL, for a limit computed by monthlyDeliveryLimitSql: the same text. */
+export function quotaRefusalSql(limit: Expression<number>): RawBuilder<string> {
+  return sql<string>`(${QUOTA_REFUSAL[0]}::text || ${limit}::text || ${QUOTA_REFUSAL[1]}::text)`;
+}
+
 /**
- * Counts up to `wanted` deliveries against the month's quota, in one statement, and returns
- * how many it counted (fewer when the quota runs out). The statement locks the month's row
- * until the caller's transaction ends, so concurrent publishes count one after another and
- * never take more than the limit together: call it last, just before the commit, so the
- * lock is held for no more than that. Call it in the transaction that records the
- * deliveries, on a plan that includes them.
+ * Deliveries counted against the organization's quota in `month` (deliveryMonthOf), as
+ * last committed: SQL for the caller's statement (the organization id an expression of
+ * it), no lock taken; null when the month has no count yet (createDeliveryCounts makes
+ * it). Within a month the count only grows, so what it leaves is the most that the
+ * statement's deliveryQuotaTakeSql can grant.
  */
-export async function takeDeliveryQuotaUpTo(
-  em: EntityManager,
-  organization: Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'>,
-  now: Date,
-  wanted: number,
-): Promise<{ granted: number; limit: number }> {
-  const limit = monthlyLimitOf(organization);
-  if (wanted <= 0 || limit <= 0) return { granted: 0, limit };
-  const month = deliveryMonthOf(now);
-  // `locked` waits for a concurrent publish to commit and then reads the row as it left it;
-  // the update computes from that value. A month without a row yet is created with what it
-  // grants; when a concurrent publish created it first, nothing is returned and the
-  // statement runs again, then finding that committed row.
-  for (let run = 1; ; run++) {
-    const [row] = await em.execute<{ granted: string }[]>(
-      `with locked as (
-         select deliveries from delivery_usage where organization_id = ? and month = ? for update
-       ), counted as (
-         update delivery_usage u set deliveries = greatest(l.deliveries, least(?::bigint, l.deliveries + ?::bigint))
-           from locked l
-          where u.organization_id = ? and u.month = ?
-         returning u.deliveries - l.deliveries as granted
-       ), created as (
-         insert into delivery_usage (organization_id, month, deliveries)
-         select ?, ?, least(?::bigint, ?::bigint) where not exists (select 1 from locked)
-         on conflict (organization_id, month) do nothing
-         returning deliveries as granted
-       )
-       select granted from counted union all select granted from created`,
-      [organization.id, month, limit, wanted, organization.id, month, organization.id, month, limit, wanted],
-    );
-    if (row) return { granted: Number(row.granted), limit };
-    if (run === 2) throw new Error(`The delivery quota row of ${organization.id} for ${month} neither exists nor can be created.`);
-  }
+export function deliveriesCountedThisMonth(organizationId: Expression<string>, month: string): RawBuilder<string | null> {
+  return sql<string | null>`(select u.deliveries from delivery_usage u where u.organization_id = ${organizationId} and u.month = ${month}::date)`;
+}
+
+/**
+ * The quota's part of a statement that records deliveries, as two CTEs to place in its
+ * WITH list: it reads the caller's CTE `wanted(organization_id, wanted, monthly_limit)`
+ * (deliveries to count, by organization, whose month has a count: createDeliveryCounts)
+ * and defines `quota_granted(organization_id, granted)`, how many of them it counted (fewer
+ * when the quota runs out). Each month's row is locked until the transaction of the
+ * statement ends (at once, for a statement on its own), in organization order, so
+ * concurrent publishes count one after another and never take more than the limit
+ * together: `quota_locked` waits for a concurrent publish to commit and then reads the row
+ * as it left it, and the update computes from that value.
+ */
+export function deliveryQuotaTakeSql(month: string): RawBuilder<unknown> {
+  return sql`quota_locked as (
+      select u.organization_id, u.deliveries
+        from delivery_usage u
+       where u.organization_id in (select w.organization_id from wanted w) and u.month = ${month}::date
+       order by u.organization_id
+         for update
+    ), quota_granted as (
+      update delivery_usage u set deliveries = greatest(l.deliveries, least(w.monthly_limit, l.deliveries + w.wanted))
+        from quota_locked l
+        join wanted w on w.organization_id = l.organization_id
+       where u.organization_id = l.organization_id and u.month = ${month}::date
+      returning u.organization_id, u.deliveries - l.deliveries as granted
+    )`;
+}
+
+/**
+ * Creates the month's count (0) of each organization that has none, so that a statement's
+ * deliveryQuotaTakeSql can lock it. A count a concurrent transaction is creating is waited
+ * for; once that one committed, it is left as it is.
+ */
+export async function createDeliveryCounts(em: EntityManager, organizationIds: string[], month: string): Promise<void> {
+  if (organizationIds.length === 0) return;
+  await sql`insert into delivery_usage (organization_id, month, deliveries)
+    select o, ${month}::date, 0 from unnest(${organizationIds}::uuid[]) as o
+    on conflict (organization_id, month) do nothing`.execute(em.getKysely());
 }
 
 /**

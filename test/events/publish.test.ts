@@ -5,8 +5,8 @@ import { EventService } from '../../src/gen/publishing/internal/v1/event_service
 import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { loadConfig } from '../../src/config';
-import { workflowIdFor } from '../../src/delivery';
-import { takeDeliveryQuotaUpTo } from '../../src/webhooks';
+import { DeliveryRecords, workflowIdFor } from '../../src/delivery';
+import { EventPublisher, type PublishedEvent } from '../../src/events';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest, type TransportName } from '../support/clients';
 import { makeTestTls } from '../support/tls';
@@ -117,6 +117,28 @@ describe.each(TRANSPORTS)('EventService over %s', (transport) => {
       expect(await failureOf(events().publishEvent(changed))).toMatchObject({ code: Code.AlreadyExists, reason: 'EVENT_CONFLICT' });
     }
     expect(await deliveryRows(request.eventId)).toHaveLength(1);
+  });
+
+  it('refuses as EVENT_CONFLICT an event id a test delivery to one of its endpoints took, and records nothing', async () => {
+    const tenant = await t.tenant();
+    const endpointId = await endpoint(tenant, ['post.held']);
+    const other = await endpoint(tenant, ['post.held']);
+    const test = await rest(t.url, 'POST', `/api/v1/webhooks/${endpointId}/test`, { apiKey: tenant.apiKey });
+    expect(test.status).toBe(200);
+    const [row] = await t.orm.em.fork().execute<{ event_id: string }[]>('select event_id from webhook_deliveries where endpoint_id = ?', [endpointId]);
+    const taken = row!.event_id;
+    const valid = { organizationId: tenant.organizationId, eventId: newEventId(), eventType: 'post.held' };
+    for (const call of [
+      events().publishEvent({ ...valid, eventId: taken }),
+      events().publishEvents({ events: [valid, { ...valid, eventId: taken }] }),
+    ]) {
+      expect(await failureOf(call)).toMatchObject({ code: Code.AlreadyExists, reason: 'EVENT_CONFLICT' });
+    }
+    expect(await failureOf(events().publishEvents({ events: [valid, { ...valid, eventId: taken }] }))).toMatchObject({ metadata: { index: '1', eventId: taken } });
+    expect(await eventRows(taken)).toEqual([]);
+    expect(await eventRows(valid.eventId)).toEqual([]);
+    expect(await deliveryRows(taken)).toEqual([{ endpoint_id: endpointId, status: expect.any(String) }]);
+    expect(other).not.toBe(endpointId);
   });
 
   it('refuses what it cannot publish with a stable code, and records nothing', async () => {
@@ -256,19 +278,20 @@ describe('plans and quotas', () => {
   });
 
   it('counts against a month whose count a concurrent publish is creating once that one committed, and no more than is left', async () => {
-    const tenant = await enterpriseNearQuota(5, null, 0);
-    const organization = { id: tenant.organizationId, plan: 'enterprise' as const, monthlyDeliveryQuota: 5 };
-    const now = new Date();
+    const tenant = await enterpriseNearQuota(5, null, 3);
+    const publisher = new EventPublisher({ deliveries: new DeliveryRecords(), engine: { start: async () => ({ workflowId: '' }) }, logger: t.app.logger, now: Date.now });
     let commitFirst!: () => void;
     const firstMayCommit = new Promise<void>((resolve) => (commitFirst = resolve));
-    let firstTook!: (granted: number) => void;
-    const firstGranted = new Promise<number>((resolve) => (firstTook = resolve));
+    let firstRecorded!: (published: PublishedEvent[]) => void;
+    const firstPublished = new Promise<PublishedEvent[]>((resolve) => (firstRecorded = resolve));
+    // The first publish creates the month's count and counts 3 in a transaction held open.
     const first = t.orm.em.fork().transactional(async (tx) => {
-      firstTook((await takeDeliveryQuotaUpTo(tx, organization, now, 3)).granted);
+      firstRecorded(await publisher.publishEvents(tx, [{ organizationId: tenant.organizationId, eventId: newEventId(), eventType: 'post.held' }], 'scheduler'));
       await firstMayCommit;
     });
-    expect(await firstGranted).toBe(3);
-    const second = t.orm.em.fork().transactional((tx) => takeDeliveryQuotaUpTo(tx, organization, now, 3));
+    const [firstEvent] = await firstPublished;
+    expect(firstEvent!.deliveries.map((d) => d.status)).toEqual(['pending', 'pending', 'pending']);
+    const second = events().publishEvent({ organizationId: tenant.organizationId, eventId: newEventId(), eventType: 'post.held' });
     const waits = await within(10_000, async () => {
       const [row] = await t.orm.em.fork().execute<{ n: number }[]>(
         `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%delivery_usage%'`,
@@ -278,7 +301,7 @@ describe('plans and quotas', () => {
     expect(waits).toBe(true);
     commitFirst();
     await first;
-    expect((await second).granted).toBe(2);
+    expect((await second).event!.deliveries.map((d) => d.status)).toEqual(['pending', 'pending', 'failed']);
     expect(await countedOf(tenant)).toBe(5);
   });
 
