@@ -7,3 +7,4 @@ export { resolveDatabaseUrl, EmbeddedDatabaseBusyError, type ResolvedDatabase } 
 export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, PageRequestError, LAST_INSTANT_MS, type Cursor } from './pagination';
 export { isUuid } from './ids';
 export { epochMs } from './epoch';
+export { prepareStatement } from './prepared';

@@ -1,7 +1,9 @@
 import { LockMode, MikroORM, type EntityManager, type Options } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
+import type { Pool } from 'pg';
 import { ENTITIES } from './entities';
 import { releaseDeadCheckouts } from './pool-guard';
+import { sendPreparedStatements } from './prepared';
 import { Migration20261121000000Initial } from './migrations/Migration20261121000000Initial';
 import { Migration20261121000001PrincipalNotices } from './migrations/Migration20261121000001PrincipalNotices';
 import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Migration20261124000000DeliveryAttemptDispatch';
@@ -43,9 +45,6 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
     timezone: 'Z',
     forceUtcTimezone: true,
     pool: { min: 0, max: POOL_SIZE },
-    // Without a bound, a call waits for a connection as long as the kernel keeps trying to
-    // reach an unreachable server (minutes); past it the call is answered UNAVAILABLE.
-    driverOptions: { connectionTimeoutMillis: 5_000, onPoolCreated: releaseDeadCheckouts },
     debug: false,
     allowGlobalContext: false,
     // A flush of one statement needs no BEGIN/COMMIT round trips; everything that writes
@@ -60,6 +59,18 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
       silent: true,
     },
     ...extra,
+    // Without a bound, a call waits for a connection as long as the kernel keeps trying to
+    // reach an unreachable server (minutes); past it the call is answered UNAVAILABLE.
+    driverOptions: { connectionTimeoutMillis: 5_000, ...extra.driverOptions, onPoolCreated: poolHooks(extra.driverOptions?.onPoolCreated) },
+  };
+}
+
+/** The pool's own hooks, then the caller's (a test that watches the statements sent, say). */
+function poolHooks(extra: unknown): (pool: Pool) => void {
+  return (pool) => {
+    releaseDeadCheckouts(pool);
+    sendPreparedStatements(pool);
+    if (typeof extra === 'function') (extra as (pool: Pool) => void)(pool);
   };
 }
 

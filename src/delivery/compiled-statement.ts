@@ -1,4 +1,5 @@
 import { CompiledQuery, type Compilable, type Kysely } from 'kysely';
+import { prepareStatement } from '../db';
 
 /** Stands for a named value while a statement is compiled; the value of each execution takes its place. */
 class Slot {
@@ -14,10 +15,20 @@ class Slot {
 export class CompiledStatement<DB, P extends object, R> {
   private compiled: CompiledQuery<R> | null = null;
 
-  constructor(private readonly build: (k: Kysely<DB>, p: P) => Compilable<R>) {}
+  /**
+   * `prepare`: sent as a named prepared statement (db's prepareStatement), parsed once per
+   * connection; for a statement whose planning costs much next to its execution.
+   */
+  constructor(
+    private readonly build: (k: Kysely<DB>, p: P) => Compilable<R>,
+    private readonly options: { prepare?: boolean } = {},
+  ) {}
 
   async execute(k: Kysely<DB>, values: P): Promise<R[]> {
-    this.compiled ??= this.build(k, new Proxy({}, { get: (_, name) => new Slot(String(name)) }) as P).compile();
+    if (!this.compiled) {
+      this.compiled = this.build(k, new Proxy({}, { get: (_, name) => new Slot(String(name)) }) as P).compile();
+      if (this.options.prepare) prepareStatement(this.compiled.sql);
+    }
     const parameters = this.compiled.parameters.map((parameter) => (parameter instanceof Slot ? values[parameter.name as keyof P] : parameter));
     const result = await k.executeQuery<R>(CompiledQuery.raw(this.compiled.sql, parameters));
     return result.rows;

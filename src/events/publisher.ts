@@ -453,7 +453,8 @@ const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishPar
       (select json_agg(json_build_array(s.endpoint_id, s.url, s.i) order by s.i, s.n) from subscribed s) as subscribed,
       (select json_agg(json_build_array(d.id, d.endpoint_id, d.event_id, d.status)) from delivered d) as delivered`;
   return { compile: () => statement.compile(k) };
-});
+  // Prepared: planning this statement of ten CTEs cost PostgreSQL about a quarter of what a publish cost it.
+}, { prepare: true });
 
 function eventColumns(k: Kysely<Tables>) {
   return k
