@@ -13,7 +13,6 @@ import {
   type DeliveryRecords,
   type EventDelivery,
   type FannedOutEvent,
-  type FannedOutRow,
 } from '../delivery';
 import { apiError } from '../errors';
 import {
@@ -110,9 +109,11 @@ export class EventPublisher {
    * by polling); call startDeliveries after the commit so that Temporal starts them without
    * waiting for the pending sweep.
    *
-   * Every write is one statement (publishStatement), however many events and endpoints: on
-   * its own, outside a transaction, it records one event all or nothing. What follows it
-   * only reads: the republished events, compared in one select, and their deliveries.
+   * The events, the quota's count and the deliveries are written by one statement
+   * (publishStatement), however many events and endpoints: on its own, outside a
+   * transaction, it records one event all or nothing. Before it, at most once a month, the
+   * month's count is created (empty, so nothing depends on it alone); after it come only
+   * reads: the republished events, compared in one select, and their deliveries.
    */
   async publishEvents(tx: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
     const checked = events.map(checkEvent);
@@ -246,9 +247,10 @@ export class EventPublisher {
       return {
         organizations,
         recorded: new Set((row!.recorded ?? []).map(([organizationId, eventId]) => keyOf({ organizationId, eventId }))),
-        deliveries: pairDeliveries(row!, fannedOut).map(({ delivered: [id, endpointId, , status], event, url }) =>
-          fannedOutDelivery({ id, endpoint_id: endpointId, status }, event, url, refusals.get(event.organizationId)!, at),
-        ),
+        deliveries: (row!.deliveries ?? []).map(([id, endpointId, url, i, sendable]) => {
+          const event = fannedOut[i - 1]!;
+          return fannedOutDelivery({ id, endpointId, sendable }, event, url, refusals.get(event.organizationId)!, at);
+        }),
       };
     }
   }
@@ -350,14 +352,12 @@ interface PublishRow {
   organizations: [string, Plan, number | null, number | null, boolean][] | null;
   /** [organization id, event id] of each event recorded now. */
   recorded: [string, string][] | null;
-  /** [endpoint id, endpoint URL, the event's position from 1] of each delivery to record: each event's in order, oldest endpoint first. */
-  subscribed: [string, string, number][] | null;
   /**
-   * [id, endpoint id, event id, status] of each delivery recorded, in no order. Paired with
-   * `subscribed` here, not in SQL: the planner cannot know the two CTEs' sizes, and joined
-   * them by a nested loop that cost a third of the statement at 100 endpoints.
+   * [id, endpoint id, endpoint URL, the event's position from 1, sendable] of each delivery
+   * recorded (all that fan_out holds: the insert has no ON CONFLICT), each event's in order,
+   * oldest endpoint first.
    */
-  delivered: [string, string, string, FannedOutRow['status']][] | null;
+  deliveries: [string, string, string, number, boolean][] | null;
 }
 
 /**
@@ -371,19 +371,6 @@ function takenByAnotherDelivery(error: unknown, events: CheckedEvent[]): Error {
   const index = events.findIndex((e) => e.eventId === eventId);
   return apiError('EVENT_CONFLICT', `Event id ${eventId ?? 'of this call'} is taken by another delivery (a test delivery) to an endpoint of the organization.`, {
     metadata: index >= 0 ? { index: String(index), eventId: eventId! } : {},
-  });
-}
-
-/** The deliveries publishStatement recorded, in the order of `subscribed`; one that existed already is not among them. */
-function pairDeliveries(
-  row: PublishRow,
-  events: FannedOutEvent[],
-): { delivered: NonNullable<PublishRow['delivered']>[number]; event: FannedOutEvent; url: string }[] {
-  const delivered = new Map((row.delivered ?? []).map((d) => [`${d[1]}/${d[2]}`, d]));
-  return (row.subscribed ?? []).flatMap(([endpointId, url, i]) => {
-    const event = events[i - 1]!;
-    const d = delivered.get(`${endpointId}/${event.eventId}`);
-    return d ? [{ delivered: d, event, url }] : [];
   });
 }
 
@@ -427,8 +414,8 @@ const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishPar
        order by v.i
       on conflict (organization_id, event_id) do nothing
       returning organization_id, event_id
-    ), subscribed as (
-      select v.organization_id, e.id as endpoint_id, e.url, v.event_id, v.event_type, v.body, v.workflow_head, v.workflow_tail, v.i,
+    ), subscribed as materialized (
+      select gen_random_uuid() as id, v.organization_id, e.id as endpoint_id, e.url, v.event_id, v.event_type, v.body, v.workflow_head, v.workflow_tail, v.i,
              row_number() over (partition by v.organization_id order by v.i, e.created_at, e.id) as n
         from input v
         join recorded r on r.organization_id = v.organization_id and r.event_id = v.event_id
@@ -450,8 +437,7 @@ const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishPar
       (select json_agg(json_build_array(o.id, o.plan, o.monthly_delivery_quota, o.counted, o.id in (select u.id from uncounted u)))
          from organization o) as organizations,
       (select json_agg(json_build_array(r.organization_id, r.event_id)) from recorded r) as recorded,
-      (select json_agg(json_build_array(s.endpoint_id, s.url, s.i) order by s.i, s.n) from subscribed s) as subscribed,
-      (select json_agg(json_build_array(d.id, d.endpoint_id, d.event_id, d.status)) from delivered d) as delivered`;
+      (select json_agg(json_build_array(f.id, f.endpoint_id, f.url, f.i, f.sendable) order by f.i, f.n) from fan_out f) as deliveries`;
   return { compile: () => statement.compile(k) };
   // Prepared: planning this statement of ten CTEs cost PostgreSQL about a quarter of what a publish cost it.
 }, { prepare: true });
