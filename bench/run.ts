@@ -1066,8 +1066,8 @@ async function benchPublishLatency(ctx: Context): Promise<void> {
  * Deliveries recorded per second by PublishEvent to an organization with 100 subscribed
  * endpoints, against a raw pg loop inserting the same rows with one insert ... select per
  * transaction. The organization's monthly quota is used up, so each publish runs its whole
- * path (the organization and the event in one statement, one insert of 100 rows that returns
- * them, the answer) but records the deliveries failed: no delivery work competes with the
+ * path (one statement reading the organization and recording the event and its 100
+ * deliveries, then the answer) but records the deliveries failed: no delivery work competes with the
  * measurement, and the raw side writes the same failed rows (checked after the run). A
  * publish with nothing left to send takes no lock on the quota's row, so this figure does
  * not measure that lock; test/events/publish.test.ts covers concurrent publishes near the quota.
