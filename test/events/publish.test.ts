@@ -230,6 +230,9 @@ describe('plans and quotas', () => {
     const failed = second.event!.deliveries.filter((d) => d.status === 'failed');
     expect(failed).toHaveLength(1);
     expect(failed[0]!.lastError).toBe('The monthly quota of 3 webhook deliveries is used up (DELIVERY_QUOTA_EXCEEDED).');
+    // The row stores what the answer says (the statement builds the text in SQL, the answer in TypeScript).
+    const [stored] = await t.orm.em.fork().execute<{ status: string; last_error: string }[]>('select status, last_error from webhook_deliveries where id = ?', [failed[0]!.deliveryId]);
+    expect(stored).toEqual({ status: 'failed', last_error: failed[0]!.lastError });
     const [usage] = await t.orm.em.fork().execute<{ deliveries: string }[]>('select deliveries from delivery_usage where organization_id = ?', [tenant.organizationId]);
     expect(Number(usage!.deliveries)).toBe(3);
     // The test route sees the same quota used up.
