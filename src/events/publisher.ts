@@ -229,7 +229,7 @@ export class EventPublisher {
     };
     for (let run = 1; ; run++) {
       const [row] = await publishStatement.execute(db(tx), params);
-      const uncounted = (row!.organizations ?? []).filter(([, , , , isUncounted]) => isUncounted).map(([id]) => id);
+      const uncounted = (row!.organizations ?? []).filter(([, , , isUncounted]) => isUncounted).map(([id]) => id);
       if (uncounted.length > 0) {
         // Nothing was written: the month's counts are made, then the statement runs again.
         if (run === 2) throw new Error(`The delivery counts of ${uncounted.join(', ')} for ${month} neither exist nor can be created.`);
@@ -237,9 +237,9 @@ export class EventPublisher {
         continue;
       }
       const organizations = new Map(
-        (row!.organizations ?? []).map(([id, plan, quota, counted]): [string, PublishingOrganization] => [
+        (row!.organizations ?? []).map(([id, plan, quota]): [string, PublishingOrganization] => [
           id,
-          { id, plan, monthlyDeliveryQuota: quota === null ? null : Number(quota), counted: Number(counted ?? 0) },
+          { id, plan, monthlyDeliveryQuota: quota === null ? null : Number(quota) },
         ]),
       );
       const refusals = new Map([...organizations.values()].map((o) => [o.id, quotaRefusalOf(o)]));
@@ -276,7 +276,7 @@ export class EventPublisher {
   }
 }
 
-type PublishingOrganization = Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'> & { counted: number };
+type PublishingOrganization = Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'>;
 
 type RecordedEvent = Omit<PublishedEvent, 'deliveries'> & { samePayload: boolean };
 
@@ -348,8 +348,8 @@ interface PublishParams {
 
 /** What publishStatement answers, as JSON arrays (one row, parsed at once, instead of a row per delivery). */
 interface PublishRow {
-  /** [id, plan, monthly_delivery_quota, counted this month (null: no count yet), the statement wrote nothing for want of that count]. */
-  organizations: [string, Plan, number | null, number | null, boolean][] | null;
+  /** [id, plan, monthly_delivery_quota, the statement wrote nothing for want of the month's count]. */
+  organizations: [string, Plan, number | null, boolean][] | null;
   /** [organization id, event id] of each event recorded now. */
   recorded: [string, string][] | null;
   /**
@@ -435,7 +435,7 @@ const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishPar
         left join quota_granted g on g.organization_id = s.organization_id
     ), delivered as (${fanOutInsertSql('fan_out', p.now)})
     select
-      (select json_agg(json_build_array(o.id, o.plan, o.monthly_delivery_quota, o.counted, o.id in (select u.id from uncounted u)))
+      (select json_agg(json_build_array(o.id, o.plan, o.monthly_delivery_quota, o.id in (select u.id from uncounted u)))
          from organization o) as organizations,
       (select json_agg(json_build_array(r.organization_id, r.event_id)) from recorded r) as recorded,
       (select json_agg(json_build_array(f.id, f.endpoint_id, f.url, f.i, f.sendable) order by f.i, f.n) from fan_out f) as deliveries`;

@@ -214,7 +214,10 @@ function deliveryMessage(d: ListedDelivery): DeliveryMessage {
   };
 }
 
-/** As Protobuf-ES's timestampFromMs: whole seconds down, the rest as nanoseconds. */
+/**
+ * As Protobuf-ES's timestampFromMs (whole seconds down, the rest as nanoseconds), as a message
+ * literal: timestampFromMs goes through create(), and a list answers with up to 250 deliveries.
+ */
 function timestampOf(ms: number): Timestamp {
   const seconds = Math.floor(ms / 1000);
   return { $typeName: 'google.protobuf.Timestamp', seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
