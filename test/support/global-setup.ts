@@ -1,11 +1,13 @@
 import { migrateAs } from '../../src/db/orm';
 import { OWNER_ROLE, ensureServiceRoles } from '../../src/db/roles';
 import { TEMPLATE_ENV, databaseUrl, withAdmin } from './databases';
+import { startTestTemporal } from './temporal';
 
 /**
  * Creates the owner and service roles (cluster-wide; other runs may be creating them at
  * the same moment) and migrates a fresh template database as the owner, once per run;
- * each test file clones it.
+ * each test file clones it. Starts the run's Temporal development server for the live
+ * suites (test/support/temporal.ts).
  */
 export default async function globalSetup(): Promise<void> {
   const name = `publishing_test_template_${process.pid}`;
@@ -16,4 +18,5 @@ export default async function globalSetup(): Promise<void> {
   });
   await migrateAs(databaseUrl(name, OWNER_ROLE));
   process.env[TEMPLATE_ENV] = name;
+  await startTestTemporal();
 }

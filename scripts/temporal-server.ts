@@ -1,0 +1,235 @@
+/**
+ * Temporal's development server (the `temporal` CLI, which contains the server and the
+ * Temporal UI), built from its Go module, pinned, into `.tools/`, and run on ports of our
+ * choosing with a SQLite file, so a restart keeps its workflows.
+ *
+ * Used by jest's global setup (the live suites), `npm run start:temporal`, the fault
+ * injection and the benchmarks. As a command:
+ *
+ *   tsx scripts/temporal-server.ts build    builds the binary if it is missing; prints its path
+ *   tsx scripts/temporal-server.ts start    runs a server in the foreground until SIGINT/SIGTERM
+ *
+ * No registry ships a Temporal server for these machines, and the SDK's own `createLocal()`
+ * downloads one at run time; the Go module proxy does ship the CLI's source. v1.5.1 is the
+ * newest tag whose go.mod has no `replace` directive, which `go install module@version`
+ * refuses.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, renameSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Connection } from '@temporalio/client';
+
+export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
+export const TEMPORAL_CLI_VERSION = 'v1.5.1';
+
+/** The search attributes the delivery workflows carry (src/delivery/temporal-engine.ts), registered at start. */
+export const DELIVERY_SEARCH_ATTRIBUTE_NAMES = ['OrganizationId', 'EndpointId', 'EventId'] as const;
+
+const root = path.resolve(__dirname, '..');
+
+/** Where the pinned binary lives; the version is in the path, so a pin change rebuilds. */
+export function temporalBinaryPath(): string {
+  return path.join(root, '.tools', `temporal-cli-${TEMPORAL_CLI_VERSION}`, 'temporal');
+}
+
+function goBinary(): string {
+  const onPath = spawnSync('sh', ['-c', 'command -v go'], { encoding: 'utf8' }).stdout.trim();
+  if (onPath) return onPath;
+  if (existsSync('/usr/local/go/bin/go')) return '/usr/local/go/bin/go';
+  throw new Error('Go is needed to build the Temporal development server (go install ' + `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}); none was found on PATH or in /usr/local/go`);
+}
+
+/**
+ * The binary, built with `go install` when missing. The first build takes minutes on two
+ * cores; Go's module and build caches make later ones (a fresh clone) take seconds.
+ * Built into a directory of its own and renamed, so a build that stops halfway leaves nothing.
+ */
+export function ensureTemporalBinary(log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)): string {
+  const binary = temporalBinaryPath();
+  if (existsSync(binary)) return binary;
+  const go = goBinary();
+  const staging = `${path.dirname(binary)}.build-${process.pid}`;
+  rmSync(staging, { recursive: true, force: true });
+  mkdirSync(staging, { recursive: true });
+  log(`temporal: building ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION} into .tools/ (minutes the first time)`);
+  const started = Date.now();
+  const built = spawnSync(go, ['install', `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`], {
+    env: { ...process.env, GOBIN: staging, GOFLAGS: '-mod=mod', CGO_ENABLED: '0' },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  if (built.status !== 0) {
+    rmSync(staging, { recursive: true, force: true });
+    throw new Error(`go install ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION} failed (exit ${built.status ?? built.signal})`);
+  }
+  rmSync(path.dirname(binary), { recursive: true, force: true });
+  renameSync(staging, path.dirname(binary));
+  log(`temporal: built in ${Math.round((Date.now() - started) / 1000)} s`);
+  return binary;
+}
+
+/** A free TCP port on loopback (a race with another process binding it is possible but harmless: the start fails loudly). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface DevServerOptions {
+  /** SQLite file; the server's workflows survive a restart on the same file. Default: in memory. */
+  dbFile?: string;
+  /** Frontend gRPC port (default: a free one). */
+  port?: number;
+  /** Temporal UI port (default: a free one); `false` runs without the UI. */
+  uiPort?: number | false;
+  /** Where the server's own log goes (default: discarded). */
+  logFile?: string;
+  namespace?: string;
+}
+
+export interface DevServer {
+  /** host:port of the frontend, for TEMPORAL_ADDRESS. */
+  address: string;
+  port: number;
+  /** http://host:port of the Temporal UI, or null without it. */
+  uiUrl: string | null;
+  uiPort: number | null;
+  namespace: string;
+  options: DevServerOptions;
+  pid: number;
+  /** Stops the server (SIGTERM, then SIGKILL after a grace) and waits for it to exit. */
+  stop(): Promise<void>;
+  /** Ends the server at once, as a crash would (SIGKILL). */
+  kill(): Promise<void>;
+}
+
+/**
+ * Starts a development server and waits until its frontend answers health checks with the
+ * namespace registered. The server runs under a small shell that also ends it when this
+ * process's end of the pipe closes, so a test run that dies leaves no server behind.
+ */
+export async function startTemporalDevServer(options: DevServerOptions = {}): Promise<DevServer> {
+  const binary = ensureTemporalBinary();
+  const port = options.port ?? (await freePort());
+  const uiPort = options.uiPort === false ? null : (options.uiPort ?? (await freePort()));
+  const namespace = options.namespace ?? 'default';
+  const args = [
+    'server',
+    'start-dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--namespace',
+    namespace,
+    '--log-level',
+    'warn',
+    ...(options.dbFile ? ['--db-filename', options.dbFile] : []),
+    ...(uiPort === null ? ['--headless'] : ['--ui-port', String(uiPort)]),
+    ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=Keyword`]),
+  ];
+  const log = options.logFile ? openSync(options.logFile, 'a') : 'ignore';
+  // `cat` returns when our end of stdin closes (we stopped it, or we died): then the server is told to stop.
+  // (A background job's stdin is /dev/null unless redirected, hence fd 3.)
+  const watchdog = 'exec 3<&0; trap \'kill -TERM "$child" 2>/dev/null\' TERM; "$@" & child=$!; (cat <&3 >/dev/null; kill -TERM "$child" 2>/dev/null) & wait "$child"; status=$?; wait "$child" 2>/dev/null; exit $status';
+  const child = spawn('sh', ['-c', watchdog, 'temporal-dev-server', binary, ...args], { stdio: ['pipe', log, log], detached: true });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const address = `127.0.0.1:${port}`;
+  try {
+    await untilHealthy(address, namespace, child, exited);
+  } catch (error) {
+    await stopChild(child, exited, 'SIGKILL');
+    throw error;
+  }
+  return {
+    address,
+    port,
+    uiUrl: uiPort === null ? null : `http://127.0.0.1:${uiPort}`,
+    uiPort,
+    namespace,
+    options: { ...options, port, uiPort: uiPort ?? false },
+    pid: child.pid!,
+    stop: () => stopChild(child, exited, 'SIGTERM'),
+    kill: () => stopChild(child, exited, 'SIGKILL'),
+  };
+}
+
+async function untilHealthy(address: string, namespace: string, child: ChildProcess, exited: Promise<number | null>): Promise<void> {
+  let gone: number | null | undefined;
+  void exited.then((code) => (gone = code));
+  const deadline = Date.now() + 60_000;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    if (gone !== undefined) throw new Error(`the Temporal development server exited (code ${gone}) before it answered on ${address}`);
+    try {
+      const connection = await Connection.connect({ address, connectTimeout: 1_000 });
+      try {
+        await connection.workflowService.describeNamespace({ namespace });
+        return;
+      } finally {
+        await connection.close();
+      }
+    } catch (error) {
+      lastError = error;
+    }
+    await sleep(200);
+  }
+  child.kill('SIGKILL');
+  throw new Error(`the Temporal development server did not answer on ${address} within 60 s: ${String(lastError)}`);
+}
+
+async function stopChild(child: ChildProcess, exited: Promise<number | null>, signal: 'SIGTERM' | 'SIGKILL'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const group = -child.pid!;
+  try {
+    if (signal === 'SIGKILL') process.kill(group, 'SIGKILL');
+    else child.stdin?.end();
+  } catch {
+    // Already gone.
+  }
+  const grace = setTimeout(() => {
+    try {
+      process.kill(group, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  }, 15_000);
+  await exited;
+  clearTimeout(grace);
+}
+
+async function main(command: string | undefined): Promise<void> {
+  if (command === 'build') {
+    process.stdout.write(`${ensureTemporalBinary()}\n`);
+    return;
+  }
+  if (command === 'start') {
+    const dir = path.join(root, '.data');
+    mkdirSync(dir, { recursive: true });
+    const server = await startTemporalDevServer({
+      dbFile: path.join(dir, 'temporal.sqlite'),
+      port: Number(process.env.TEMPORAL_PORT ?? 7233),
+      uiPort: Number(process.env.TEMPORAL_UI_PORT ?? 8233),
+      logFile: path.join(dir, 'temporal.log'),
+    });
+    process.stdout.write(`temporal: ${server.address}, UI ${server.uiUrl}\n`);
+    const stop = () => void server.stop().then(() => process.exit(0));
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+    return;
+  }
+  throw new Error('usage: tsx scripts/temporal-server.ts build|start');
+}
+
+if (require.main === module) {
+  main(process.argv[2]).catch((error: unknown) => {
+    process.stderr.write(`temporal: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  });
+}
