@@ -56,10 +56,11 @@ export const releaseSignal = defineSignal(RELEASE_SIGNAL);
 const { deadLetter } = proxyActivities<DeliveryActivities>(DEAD_LETTER_ACTIVITY_OPTIONS);
 
 /** The attempt activity with a retry budget of the attempts the delivery has left. */
-function attemptsLeft(remaining: number) {
+function attemptsLeft(remaining: number, intervalMs: number | undefined) {
+  const retry = { ...ATTEMPT_ACTIVITY_OPTIONS.retry, maximumAttempts: Math.max(1, remaining) };
   return proxyActivities<DeliveryActivities>({
     ...ATTEMPT_ACTIVITY_OPTIONS,
-    retry: { ...ATTEMPT_ACTIVITY_OPTIONS.retry, maximumAttempts: Math.max(1, remaining) },
+    retry: intervalMs === undefined ? retry : { ...retry, initialInterval: intervalMs, maximumInterval: intervalMs },
   }).attemptDelivery;
 }
 
@@ -68,6 +69,12 @@ export type DeliveryResult = { status: 'delivered' | 'failed' | 'dead_lettered';
 /** Carried across continue-as-new: how many attempts the delivery had made. */
 export interface DeliveryProgress {
   sent: number;
+  /**
+   * The interval between attempts when it is not the contract's 30 s: only a test
+   * configuration (DELIVERY_TEST_RETRY_INTERVAL_MS, refused outside NODE_ENV=test) sets it,
+   * so the engines keep one schedule in suites that would otherwise wait minutes.
+   */
+  retryIntervalMs?: number;
 }
 
 /**
@@ -81,6 +88,7 @@ export interface DeliveryProgress {
  * retries run out with fewer than 8 sent, the workflow schedules the rest, one interval later.
  */
 export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgress = { sent: 0 }): Promise<DeliveryResult> {
+  const interval = progress.retryIntervalMs ?? RETRY_INTERVAL_MS;
   let released = false;
   setHandler(releaseSignal, () => {
     released = true;
@@ -92,7 +100,7 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     released = false;
     let outcome: AttemptOutcome;
     try {
-      outcome = await attemptsLeft(MAX_ATTEMPTS - sent)(ref);
+      outcome = await attemptsLeft(MAX_ATTEMPTS - sent, progress.retryIntervalMs)(ref);
     } catch (err) {
       if (isCancellation(err)) throw err;
       const failure = err instanceof ActivityFailure ? err.cause : undefined;
@@ -105,7 +113,7 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
         const reported = sentIn(failure);
         sent = reported ?? sent;
         if (reported === undefined || reported < MAX_ATTEMPTS) {
-          await sleep(RETRY_INTERVAL_MS);
+          await sleep(interval);
           continue;
         }
       }
@@ -116,12 +124,12 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
     if (patched(PATCHES.releaseSignal)) {
-      await condition(() => released, RETRY_INTERVAL_MS);
+      await condition(() => released, interval);
     } else {
-      await sleep(RETRY_INTERVAL_MS);
+      await sleep(interval);
     }
     // A long kill switch would otherwise grow the history towards Temporal's event limit.
-    if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref, { sent });
+    if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref, { ...progress, sent });
   }
 }
 

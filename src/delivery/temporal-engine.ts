@@ -8,7 +8,7 @@ import {
 } from '@temporalio/client';
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import type { deliverWebhook } from '../../workflows/delivery';
-import { RELEASE_SIGNAL } from '../../workflows/policy';
+import { RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import { workflowIdFor } from './workflow-id';
 
@@ -33,6 +33,8 @@ export interface TemporalDeliveryEngineOptions {
   taskQueue: string;
   /** Set only once the attributes in DELIVERY_SEARCH_ATTRIBUTES are registered on the namespace. */
   searchAttributes?: boolean;
+  /** The interval between attempts; the workflow is told only when it is not the contract's 30 s (test configuration). */
+  retryIntervalMs?: number;
 }
 
 /** How long a start may wait for Temporal before the delivery is left to the pending sweep. */
@@ -51,7 +53,7 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
       await this.options.client.connection.withDeadline(deadline, () => this.options.client.workflow.start<typeof deliverWebhook>('deliverWebhook', {
         workflowId,
         taskQueue: this.options.taskQueue,
-        args: [ref],
+        args: this.options.retryIntervalMs === undefined || this.options.retryIntervalMs === RETRY_INTERVAL_MS ? [ref] : [ref, { sent: 0, retryIntervalMs: this.options.retryIntervalMs }],
         // A delivery runs once per (endpoint, event): never beside a running one, never again after it closed.
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
         workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,

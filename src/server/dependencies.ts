@@ -186,6 +186,7 @@ function deliveriesFor(
       client: temporal.client,
       taskQueue: config.temporal.taskQueue,
       searchAttributes: config.temporal.searchAttributes,
+      retryIntervalMs: config.delivery.retryIntervalMs,
     });
     const sweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, intervalMs: 30_000, olderThanMs: 60_000, now: deps.now });
     sweeper.begin();
