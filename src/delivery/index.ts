@@ -33,8 +33,8 @@ export {
   type ClaimedDelivery,
 } from './records';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
-export { TemporalDeliveryEngine, createTemporalClient } from './temporal-engine';
-export { workflowIdFor, workflowIdParts } from './workflow-id';
+export { TemporalDeliveryEngine, createTemporalClient, DELIVERY_SEARCH_ATTRIBUTES } from './temporal-engine';
+export { workflowIdFor, workflowIdParts, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
 export { CompiledStatement } from './compiled-statement';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';
