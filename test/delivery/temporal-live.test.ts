@@ -1,63 +1,138 @@
-import { createHmac } from 'node:crypto';
-import { NativeConnection, Worker } from '@temporalio/worker';
-import { Client, Connection } from '@temporalio/client';
-import { activityDepsFromConfig, createActivities } from '../../src/delivery';
-import { createLogger } from '../../src/config/logger';
-import { startTestApp, type TestApp } from '../support/app';
-import { rest } from '../support/clients';
+import { randomUUID } from 'node:crypto';
+import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
+import { DELIVERY_SEARCH_ATTRIBUTES, MAX_DELIVERY_WORKFLOW_ID_LENGTH, workflowIdFor } from '../../src/delivery';
+import { SecretBox, newSigningSecret } from '../../src/secrets';
+import type { EntityManager } from '../../src/db';
+import { MAX_EVENT_ID_LENGTH } from '../../src/events';
+import { startEngineApp, type EngineApp } from '../support/engines';
+import type { Tenant } from '../support/app';
+import { client, rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
+import { signedWith, untilStored } from '../support/deliveries';
+import { recordHistory } from './recorded-histories';
 
-// Runs against a real Temporal server only: no registry ships one for these machines, so CI
-// cannot start it. Locally: `temporal server start-dev`, then
-// `TEMPORAL_ADDRESS=localhost:7233 npm test -- test/delivery/temporal-live.test.ts`.
-const live = process.env.TEMPORAL_ADDRESS ? describe : describe.skip;
+/**
+ * What only Temporal promises, on the run's real development server: how a delivery's
+ * workflow is named, tagged and found, that a duplicate start is a no-op, that the longest
+ * ids the API allows are ids the server stores, and a 1,000-endpoint fan-out. The promises
+ * both engines keep are in engine-contract.test.ts.
+ */
+const TOKEN = 'scheduler-token-0123456789abcdef0123456789';
+const FAN_OUT = 1_000;
 
-live('deliveries on a real Temporal server', () => {
-  const taskQueue = `webhook-deliveries-test-${process.pid}`;
-  let t: TestApp;
-  let receiver: HttpsReceiver;
-  let worker: Worker;
-  let running: Promise<void>;
-  let connection: NativeConnection;
-  let client: Client;
+let t: EngineApp;
+let receiver: HttpsReceiver;
+let tenant: Tenant;
 
-  beforeAll(async () => {
-    const tls = await makeTestTls();
-    receiver = await startHttpsReceiver({ tls, respond: (i) => (i < 1 ? { status: 500 } : { status: 200 }) });
-    t = await startTestApp({ TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS!, TEMPORAL_TASK_QUEUE: taskQueue, DELIVERY_EXTRA_CA_PEM: tls.caPem });
-    connection = await NativeConnection.connect({ address: process.env.TEMPORAL_ADDRESS! });
-    worker = await Worker.create({
-      connection,
-      taskQueue,
-      workflowsPath: require.resolve('../../workflows'),
-      activities: createActivities(activityDepsFromConfig(t.config, { orm: t.orm, logger: createLogger('silent') })),
-    });
-    running = worker.run();
-    client = new Client({ connection: await Connection.connect({ address: process.env.TEMPORAL_ADDRESS! }) });
-  });
-
-  afterAll(async () => {
-    worker?.shutdown();
-    await running;
-    await connection?.close();
-    await client?.connection.close();
-    await receiver?.close();
-    await t?.close();
-  });
-
-  it('runs a delivery as a workflow: the failed first attempt is retried after 30 s and the second is signed and delivered', async () => {
-    const tenant = await t.tenant();
-    const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/live` } });
-    const sent = await rest(t.url, 'POST', `/api/v1/webhooks/${created.body.endpoint.id}/test`, { apiKey: tenant.apiKey });
-    expect(sent.status).toBe(200);
-    const result = await client.workflow.getHandle(sent.body.delivery.workflowId).result();
-    expect(result).toEqual({ status: 'delivered', attempts: 2 });
-    const [first, second] = receiver.requests;
-    expect(second!.receivedAt - first!.receivedAt).toBeGreaterThanOrEqual(29_000);
-    const ts = second!.headers['x-service-timestamp'] as string;
-    expect(second!.headers['x-service-signature']).toBe(createHmac('sha256', created.body.signingSecret).update(`${ts}.${second!.rawBody}`).digest('hex'));
-    const description = await client.workflow.getHandle(sent.body.delivery.workflowId).describe();
-    expect(await description.memo).toMatchObject({ organizationId: tenant.organizationId, endpointId: created.body.endpoint.id, eventType: 'webhook.test' });
-  }, 90_000);
+beforeAll(async () => {
+  const tls = await makeTestTls();
+  receiver = await startHttpsReceiver({ tls });
+  t = await startEngineApp('temporal', { INTERNAL_SERVICE_TOKENS: `scheduler:${TOKEN}`, DELIVERY_EXTRA_CA_PEM: tls.caPem });
+  tenant = await t.tenant({ plan: 'command' });
 });
+afterAll(async () => {
+  await t?.close();
+  await receiver?.close();
+});
+
+const events = () => client(EventService, t.url, 'grpc', TOKEN);
+
+it('runs each delivery as one workflow with the documented id, task queue, search attributes and memo; a republished event starts nothing more', async () => {
+  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/one`, eventNames: ['post.held'] } });
+  const endpointId = created.body.endpoint.id as string;
+  const eventId = `evt_${randomUUID()}`;
+  const publish = () => events().publishEvent({ organizationId: tenant.organizationId, eventId, eventType: 'post.held', payload: { postId: 'p_1' } });
+  const first = await publish();
+  const again = await publish();
+  expect(again.event?.deliveries.map((d) => d.deliveryId)).toEqual(first.event?.deliveries.map((d) => d.deliveryId));
+  const [delivery] = first.event!.deliveries;
+  const workflowId = `webhook-delivery/${tenant.organizationId}/${endpointId}/${eventId}`;
+  expect(delivery!.workflowId).toBe(workflowId);
+
+  await untilStored(t.orm, delivery!.deliveryId, (row) => row.status === 'delivered', 30_000);
+  await t.idle();
+  const handle = t.temporal!.client.workflow.getHandle(workflowId);
+  expect(await handle.result()).toEqual({ status: 'delivered', attempts: 1 });
+  const description = await handle.describe();
+  expect(description.type).toBe('deliverWebhook');
+  expect(description.taskQueue).toBe(t.temporal!.taskQueue);
+  expect(description.typedSearchAttributes.get(DELIVERY_SEARCH_ATTRIBUTES.organizationId)).toBe(tenant.organizationId);
+  expect(description.typedSearchAttributes.get(DELIVERY_SEARCH_ATTRIBUTES.endpointId)).toBe(endpointId);
+  expect(description.typedSearchAttributes.get(DELIVERY_SEARCH_ATTRIBUTES.eventId)).toBe(eventId);
+  expect(await description.memo).toEqual({ organizationId: tenant.organizationId, endpointId, eventId, eventType: 'post.held', targetHost: new URL(receiver.url).host });
+
+  // One execution under that id, whichever way an operator looks for it.
+  const found: string[] = [];
+  for await (const execution of t.temporal!.client.workflow.list({ query: `EventId = "${eventId}"` })) found.push(`${execution.workflowId} ${execution.runId}`);
+  expect(found).toEqual([`${workflowId} ${description.runId}`]);
+  expect(receiver.requests.filter((r) => r.path === '/one')).toHaveLength(1);
+  await recordHistory(handle, 'delivered-first-attempt');
+}, 60_000);
+
+it('accepts the longest organization, endpoint and event ids the API allows, and finds the delivery by its event id', async () => {
+  const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/long`, eventNames: ['post.held'] } });
+  const endpointId = created.body.endpoint.id as string;
+  // ":" is the one allowed character URI-encoding lengthens (to "%3A"): the longest id there can be.
+  const cases = [`${'a'.repeat(MAX_EVENT_ID_LENGTH - 1)}z`, `x${':'.repeat(MAX_EVENT_ID_LENGTH - 1)}`];
+  for (const eventId of cases) {
+    const { event } = await events().publishEvent({ organizationId: tenant.organizationId, eventId, eventType: 'post.held' });
+    const delivery = event!.deliveries.find((d) => d.endpointId === endpointId);
+    expect(delivery!.workflowId).toBe(workflowIdFor({ organizationId: tenant.organizationId, endpointId, eventId }));
+    expect(delivery!.workflowId.length).toBeLessThanOrEqual(MAX_DELIVERY_WORKFLOW_ID_LENGTH);
+    await untilStored(t.orm, delivery!.deliveryId, (row) => row.status === 'delivered', 30_000);
+    const found: string[] = [];
+    for await (const execution of t.temporal!.client.workflow.list({ query: `EventId = "${eventId}" AND EndpointId = "${endpointId}"` })) found.push(execution.workflowId);
+    expect(found).toEqual([delivery!.workflowId]);
+  }
+  expect(receiver.requests.filter((r) => r.path === '/long')).toHaveLength(cases.length);
+}, 60_000);
+
+/** Endpoints with real sealed secrets in one statement (the API would take 1,000 calls), each at its own path. */
+async function subscribe(em: EntityManager, count: number, eventNames: string[]): Promise<Map<string, string>> {
+  const box = new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId);
+  const secrets = new Map<string, string>();
+  const rows = Array.from({ length: count }, () => {
+    const id = randomUUID();
+    const secret = newSigningSecret();
+    secrets.set(id, secret);
+    return { id, sealed: box.seal(secret, id) };
+  });
+  await em.execute(
+    `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
+     select id, ?, ? || id::text, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
+       from unnest(?::uuid[], ?::text[], ?::text[]) as r(id, key_id, sealed)`,
+    [
+      tenant.organizationId,
+      `${receiver.url}/fan-out/`,
+      `{${eventNames.join(',')}}`,
+      `{${rows.map((r) => r.id).join(',')}}`,
+      `{${rows.map((r) => r.sealed.keyId).join(',')}}`,
+      `{${rows.map((r) => r.sealed.ciphertext.toString('hex')).join(',')}}`,
+    ],
+    'run',
+  );
+  return secrets;
+}
+
+it(`fans one event out to ${FAN_OUT} endpoints: ${FAN_OUT} workflows, and each endpoint receives it once, signed with its own secret`, async () => {
+  const secrets = await subscribe(t.orm.em.fork(), FAN_OUT, ['connection.held']);
+  const eventId = `evt_${randomUUID()}`;
+  const { event } = await events().publishEvent({ organizationId: tenant.organizationId, eventId, eventType: 'connection.held' });
+  expect(event!.deliveries).toHaveLength(FAN_OUT);
+
+  const arrived = () => receiver.requests.filter((r) => r.path.startsWith('/fan-out/'));
+  await receiver.waitForRequests(receiver.requests.length - arrived().length + FAN_OUT, 600_000);
+  await t.idle();
+  const byEndpoint = new Map<string, number>();
+  for (const request of arrived()) {
+    const endpointId = request.path.slice('/fan-out/'.length);
+    byEndpoint.set(endpointId, (byEndpoint.get(endpointId) ?? 0) + 1);
+    expect(signedWith(request, secrets.get(endpointId)!)).toBe(true);
+    expect(JSON.parse(request.rawBody)).toMatchObject({ id: eventId, type: 'connection.held' });
+  }
+  expect(byEndpoint.size).toBe(FAN_OUT);
+  expect([...byEndpoint.values()].every((n) => n === 1)).toBe(true);
+  const { count } = await t.temporal!.client.workflow.count(`EventId = "${eventId}" AND ExecutionStatus = "Completed"`);
+  expect(count).toBe(FAN_OUT);
+}, 660_000);

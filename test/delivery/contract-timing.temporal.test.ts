@@ -1,0 +1,3 @@
+import { contractTiming } from './contract-timing';
+
+contractTiming('temporal');

@@ -1,0 +1,65 @@
+import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
+import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { startEngineApp, type EngineApp, type EngineName } from '../support/engines';
+import { client, rest } from '../support/clients';
+import { makeTestTls } from '../support/tls';
+import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
+import { signedWith, storedAttempts, storedDeadLetters, untilStored } from '../support/deliveries';
+import { recordHistory } from './recorded-histories';
+
+/**
+ * The contract's schedule as it is, with nothing shortened: an endpoint that always fails
+ * gets exactly 8 POSTs, 30 s apart (± 1 s), then the dead-letter activity runs. One case,
+ * run on each engine by its own file so the two runs of ~3.5 minutes go side by side.
+ */
+export function contractTiming(engine: EngineName): void {
+  let t: EngineApp;
+  let receiver: HttpsReceiver;
+
+  beforeAll(async () => {
+    const tls = await makeTestTls();
+    receiver = await startHttpsReceiver({ tls, respond: () => ({ status: 500 }) });
+    // A 100 ms poll keeps the embedded engine's pickup within the tolerance (its default is 1 s).
+    t = await startEngineApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '100' });
+    expect(t.config.delivery.retryIntervalMs).toBe(RETRY_INTERVAL_MS);
+  });
+  afterAll(async () => {
+    await t?.close();
+    await receiver?.close();
+  });
+
+  it(`an endpoint that always fails gets exactly ${MAX_ATTEMPTS} POSTs ${RETRY_INTERVAL_MS / 1000} s apart, then is dead-lettered`, async () => {
+    const tenant = await t.tenant();
+    const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/always-500`, eventNames: ['webhook.test'] } });
+    const test = await rest(t.url, 'POST', `/api/v1/webhooks/${created.body.endpoint.id}/test`, { apiKey: tenant.apiKey });
+    expect(test.status).toBe(200);
+    const { id, workflowId } = test.body.delivery as { id: string; workflowId: string };
+
+    await untilStored(t.orm, id, (row) => row.status === 'dead_lettered', (MAX_ATTEMPTS + 1) * RETRY_INTERVAL_MS);
+    await t.idle();
+
+    expect(receiver.requests).toHaveLength(MAX_ATTEMPTS);
+    for (const request of receiver.requests) expect(signedWith(request, created.body.signingSecret)).toBe(true);
+    const gaps = receiver.requests.slice(1).map((request, i) => request.receivedAt - receiver.requests[i]!.receivedAt);
+    for (const gap of gaps) expect(Math.abs(gap - RETRY_INTERVAL_MS)).toBeLessThanOrEqual(1_000);
+    const attempts = await storedAttempts(t.orm, id);
+    expect(attempts.map((a) => a.attempt)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(await storedDeadLetters(t.orm, id)).toHaveLength(1);
+
+    const listed = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
+    const mine = listed.body.endpoints.find((e: { id: string }) => e.id === created.body.endpoint.id);
+    expect(mine.recentDeliveries[0]).toMatchObject({ id, status: 'dead_lettered', attemptCount: MAX_ATTEMPTS });
+    const looked = await client(OperatorService, t.url, 'grpc', t.config.operatorToken).getDelivery({ deliveryId: id });
+    expect(looked.delivery).toMatchObject({ status: 'dead_lettered', attemptCount: MAX_ATTEMPTS, deadLettered: true, workflowId });
+
+    if (engine === 'temporal') {
+      const handle = t.temporal!.client.workflow.getHandle(workflowId);
+      expect(await handle.result()).toEqual({ status: 'dead_lettered' });
+      expect((await handle.describe()).status.name).toBe('COMPLETED');
+      const history = await handle.fetchHistory();
+      const activities = (history.events ?? []).flatMap((e) => e.activityTaskScheduledEventAttributes?.activityType?.name ?? []);
+      expect(activities).toEqual(['attemptDelivery', 'deadLetter']);
+      await recordHistory(handle, 'dead-lettered-after-eight-30s-apart');
+    }
+  }, (MAX_ATTEMPTS + 3) * RETRY_INTERVAL_MS);
+}
