@@ -16,6 +16,7 @@ import { ATTEMPT_ACTIVITY_OPTIONS, PATCHES } from '../../workflows/delivery';
 import { ACTIVITY_START_TO_CLOSE_MS, DELIVERY_RETRY_POLICY, RELEASE_SIGNAL } from '../../workflows/policy';
 import { attemptOptions, deadLetterOptions, deliveryHistory, quietWorkerLogs, ref, replay } from './delivery-histories';
 import { applicationFailure, heartbeatTimeoutFailure } from './history-builder';
+import { recordedHistories } from './recorded-histories';
 
 /*
  * No Temporal server can run here, so the histories under ./histories were written by hand in
@@ -116,20 +117,6 @@ describe('deliverWebhook with its patches', () => {
     return history;
   }
 
-  it('attempts again at once when the release signal arrives before the held interval ends', async () => {
-    const history = deliveryHistory().workflowTask();
-    const held = history.scheduleActivity(attempt, [ref], attemptOptions(8));
-    history.activityCompleted(held, { kind: 'held', sent: 0 }).workflowTask().patchMarker(PATCHES.releaseSignal);
-    const interval = history.startTimer(30_000);
-    history.advance(2_000).signaled(RELEASE_SIGNAL).workflowTask().timerCanceled(interval);
-    const released = history.scheduleActivity(attempt, [ref], attemptOptions(8));
-    history.activityCompleted(released, delivered(1)).workflowTask().completed({ status: 'delivered', attempts: 1 });
-
-    const commands = await replay(history.toJSON());
-
-    expect(commands.activities.map((a) => a.activityType)).toEqual([attempt, attempt]);
-  });
-
   it('does not wait out the interval when the release signal arrived while the held attempt was returning', async () => {
     const history = deliveryHistory().workflowTask();
     const held = history.scheduleActivity(attempt, [ref], attemptOptions(8));
@@ -216,6 +203,57 @@ describe('deliverWebhook with its patches', () => {
     const commands = await replay(history.toJSON());
 
     expect(commands.continuedAsNew).toEqual([[ref, { sent: 3 }]]);
+  });
+});
+
+/*
+ * Histories the current code wrote on a real Temporal server (the live suites record them with
+ * RECORD_TEMPORAL_HISTORIES=1). Each must replay to the commands it recorded, so a change that
+ * running deliveries could not replay fails here before it reaches a worker.
+ */
+describe('deliverWebhook over histories recorded on a real server', () => {
+  const recorded = new Map(recordedHistories().map((r) => [r.name, r.history]));
+  const activityTypes = async (name: string) => (await replay(recorded.get(name)!)).activities.map((a) => a.activityType);
+
+  it('has a recorded history of every path a delivery ends by', () => {
+    expect([...recorded.keys()]).toEqual(
+      expect.arrayContaining([
+        'delivered-first-attempt.json',
+        'delivered-after-two-failures.json',
+        'dead-lettered-after-eight.json',
+        'endpoint-gone.json',
+        'held-by-global-switch-then-released.json',
+      ]),
+    );
+  });
+
+  it('delivers on the first attempt with one attempt activity', async () => {
+    expect(await activityTypes('delivered-first-attempt.json')).toEqual(['attemptDelivery']);
+  });
+
+  it('retries inside one attempt activity (the retry policy), then delivers', async () => {
+    expect(await activityTypes('delivered-after-two-failures.json')).toEqual(['attemptDelivery']);
+  });
+
+  it('dead-letters once the attempt activity ran out of its 8 attempts', async () => {
+    expect(await activityTypes('dead-lettered-after-eight.json')).toEqual(['attemptDelivery', 'deadLetter']);
+  });
+
+  it('fails without a dead letter when the endpoint is gone', async () => {
+    expect(await activityTypes('endpoint-gone.json')).toEqual(['attemptDelivery']);
+  });
+
+  it('attempts again at once when the release signal arrives before the held interval ends', async () => {
+    const history = recorded.get('held-by-global-switch-then-released.json')!;
+    const types = history.events.map((e) => e.eventType);
+    expect(types).toEqual(expect.arrayContaining(['EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED', 'EVENT_TYPE_TIMER_CANCELED']));
+    expect(await activityTypes('held-by-global-switch-then-released.json')).toEqual(['attemptDelivery', 'attemptDelivery']);
+  });
+
+  it('fails replay of a recorded history when the workflow would schedule another activity', async () => {
+    const history = structuredClone(recorded.get('delivered-first-attempt.json')!);
+    firstEvent(history as HistoryJSON, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED').activityTaskScheduledEventAttributes.activityType.name = 'deadLetter';
+    await expect(replay(history)).rejects.toBeInstanceOf(DeterminismViolationError);
   });
 });
 

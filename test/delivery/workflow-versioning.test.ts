@@ -4,6 +4,7 @@ import { DeterminismViolationError } from '@temporalio/workflow';
 import { PATCHES } from '../../workflows/delivery';
 import { RELEASE_SIGNAL } from '../../workflows/policy';
 import { attemptOptions, deliveryHistory, quietWorkerLogs, ref, replay } from './delivery-histories';
+import { recordedHistories } from './recorded-histories';
 
 /*
  * The gate for changing deliverWebhook (docs/changing-the-workflow.md): every stored history
@@ -14,8 +15,12 @@ import { attemptOptions, deliveryHistory, quietWorkerLogs, ref, replay } from '.
 const unpatched = require.resolve('./fixtures/held-noted-unpatched');
 const patched = require.resolve('./fixtures/held-noted-patched');
 
-const stored = readdirSync(path.join(__dirname, 'histories')).filter((file) => file.endsWith('.json'));
-const heldOnTheWay = ['kill-switch-held-continued-as-new.json', 'kill-switch-held-then-sent.json'];
+// Hand-written histories of the workflow before its patches, and histories the current code recorded on a real server.
+const stored = [
+  ...readdirSync(path.join(__dirname, 'histories')).filter((file) => file.endsWith('.json')),
+  ...recordedHistories().map((r) => `recorded/${r.name}`),
+];
+const heldOnTheWay = ['kill-switch-held-continued-as-new.json', 'kill-switch-held-then-sent.json', 'recorded/held-by-global-switch-then-released.json'];
 
 function load(file: string): { events: unknown[] } {
   return JSON.parse(readFileSync(path.join(__dirname, 'histories', file), 'utf8'));
