@@ -22,7 +22,7 @@ export function contractTiming(engine: EngineName): void {
     // A 100 ms poll keeps the embedded engine's pickup within the tolerance (its default is 1 s).
     t = await startEngineApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '100' });
     expect(t.config.delivery.retryIntervalMs).toBe(RETRY_INTERVAL_MS);
-  });
+  }, 60_000);
   afterAll(async () => {
     await t?.close();
     await receiver?.close();

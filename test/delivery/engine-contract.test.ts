@@ -32,7 +32,7 @@ describe.each(ENGINES)('on the %s engine', (engine) => {
     // The embedded engine picks due retries up at its poll: 2.5 s keeps the cases short, and is
     // still longer than the 2 s within which a released delivery must go out.
     t = await startEngineApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '2500', DELIVERY_TEST_RETRY_INTERVAL_MS: String(INTERVAL_MS) });
-  });
+  }, 60_000);
   afterAll(async () => {
     for (const r of receivers) await r.close();
     await t?.close();

@@ -30,7 +30,7 @@ beforeAll(async () => {
   receiver = await startHttpsReceiver({ tls });
   t = await startEngineApp('temporal', { INTERNAL_SERVICE_TOKENS: `scheduler:${TOKEN}`, DELIVERY_EXTRA_CA_PEM: tls.caPem });
   tenant = await t.tenant({ plan: 'command' });
-});
+}, 60_000);
 afterAll(async () => {
   await t?.close();
   await receiver?.close();
@@ -132,7 +132,20 @@ it(`fans one event out to ${FAN_OUT} endpoints: ${FAN_OUT} workflows, and each e
     expect(JSON.parse(request.rawBody)).toMatchObject({ id: eventId, type: 'connection.held' });
   }
   expect(byEndpoint.size).toBe(FAN_OUT);
-  expect([...byEndpoint.values()].every((n) => n === 1)).toBe(true);
+  // Once each, unless an answer missed its deadline on a busy machine: then the delivery is
+  // at-least-once, and every extra arrival is an attempt recorded as sent and failed.
+  const rows = await t.orm.em.fork().execute<{ endpoint_id: string; status: string; attempt_count: number; successes: number }[]>(
+    `select d.endpoint_id, d.status, d.attempt_count,
+            (select count(*)::int from delivery_attempts a where a.delivery_id = d.id and a.response_status between 200 and 299) as successes
+       from webhook_deliveries d
+      where d.organization_id = ? and d.event_id = ?`,
+    [tenant.organizationId, eventId],
+  );
+  expect(rows).toHaveLength(FAN_OUT);
+  for (const row of rows) {
+    expect(row).toMatchObject({ status: 'delivered', successes: 1 });
+    expect(byEndpoint.get(row.endpoint_id)).toBe(row.attempt_count);
+  }
   const { count } = await t.temporal!.client.workflow.count(`EventId = "${eventId}" AND ExecutionStatus = "Completed"`);
   expect(count).toBe(FAN_OUT);
 }, 660_000);

@@ -1,7 +1,7 @@
 import { migrateAs } from '../../src/db/orm';
 import { OWNER_ROLE, ensureServiceRoles } from '../../src/db/roles';
 import { TEMPLATE_ENV, databaseUrl, withAdmin } from './databases';
-import { startTestTemporal } from './temporal';
+import { bundleProductionWorkflows, startTestTemporal } from './temporal';
 
 /**
  * Creates the owner and service roles (cluster-wide; other runs may be creating them at
@@ -18,5 +18,5 @@ export default async function globalSetup(): Promise<void> {
   });
   await migrateAs(databaseUrl(name, OWNER_ROLE));
   process.env[TEMPLATE_ENV] = name;
-  await startTestTemporal();
+  await Promise.all([startTestTemporal(), bundleProductionWorkflows()]);
 }

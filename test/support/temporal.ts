@@ -44,25 +44,22 @@ export function testTemporalUiUrl(): string {
   return url;
 }
 
-let production: Promise<WorkflowBundle> | undefined;
+const PRODUCTION_BUNDLE = 'production.js';
 
 /**
- * The production workflow code, bundled once per run and shared by the suites through the
- * run's bundle directory: bundling takes seconds, and the code cannot change under a run.
+ * Bundles the production workflow code once per run, in global setup, before the suites
+ * start: bundling takes seconds alone and far longer when every live suite does it at once
+ * on a busy machine. The code cannot change under a run.
  */
-export function productionWorkflowBundle(): Promise<WorkflowBundle> {
-  production ??= (async () => {
-    const file = path.join(workflowBundleDir(), 'production.js');
-    try {
-      return { code: await readFile(file, 'utf8') };
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
-    }
-    const built = await bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('ERROR') });
-    await mkdir(path.dirname(file), { recursive: true });
-    await writeFile(`${file}.${process.pid}`, built.code);
-    await rename(`${file}.${process.pid}`, file);
-    return built;
-  })();
-  return production;
+export async function bundleProductionWorkflows(): Promise<void> {
+  const built = await bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('ERROR') });
+  const file = path.join(workflowBundleDir(), PRODUCTION_BUNDLE);
+  await mkdir(path.dirname(file), { recursive: true });
+  await writeFile(`${file}.${process.pid}`, built.code);
+  await rename(`${file}.${process.pid}`, file);
+}
+
+/** The production workflow bundle global setup wrote for this run. */
+export async function productionWorkflowBundle(): Promise<WorkflowBundle> {
+  return { code: await readFile(path.join(workflowBundleDir(), PRODUCTION_BUNDLE), 'utf8') };
 }
