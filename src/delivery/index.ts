@@ -34,7 +34,7 @@ export {
 } from './records';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient, DELIVERY_SEARCH_ATTRIBUTES } from './temporal-engine';
-export { workflowIdFor, workflowIdParts, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
+export { workflowIdFor, workflowIdParts, workflowUiLink, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
 export { CompiledStatement } from './compiled-statement';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';

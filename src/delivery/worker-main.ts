@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { loadConfig, createLogger } from '../config';
-import { openDatabase } from '../db';
+import { openDatabase, resolveDatabaseUrl } from '../db';
 import { activityDepsFromConfig, createActivities } from './activities';
 import { DeliveryMetrics } from './metrics';
 import { DeliveryRecords } from './records';
@@ -10,16 +10,19 @@ import { serveWorkerEndpoints } from './worker-endpoints';
 
 /**
  * `npm run worker`: runs delivery workflows and activities for the task queue the API
- * starts them on. Needs TEMPORAL_ADDRESS and the same DATABASE_URL and
- * SECRET_ENCRYPTION_KEYS as the API. Serves the same delivery metrics as the API process
- * on its own `/metrics`, with `/healthz` and `/readyz`, on WORKER_METRICS_PORT.
+ * starts them on. Needs TEMPORAL_ADDRESS and the same database and SECRET_ENCRYPTION_KEYS
+ * as the API: DATABASE_URL, or in development the database `npm start` chose (the local
+ * PostgreSQL, or the running service's embedded one, which it joins as the CLIs do).
+ * Serves the same delivery metrics as the API process on its own `/metrics`, with
+ * `/healthz` and `/readyz`, on WORKER_METRICS_PORT.
  */
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger(config.logLevel);
   if (!config.temporal) throw new Error('TEMPORAL_ADDRESS is required for the worker');
-  if (!config.databaseUrl) throw new Error('DATABASE_URL is required for the worker');
-  const orm = await openDatabase(config.databaseUrl);
+  if (!config.databaseUrl && config.env === 'production') throw new Error('DATABASE_URL is required for the worker');
+  const database = await resolveDatabaseUrl(config.databaseUrl, logger, { embedded: 'join' });
+  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const records = new DeliveryRecords({ retryIntervalMs: config.delivery.retryIntervalMs });
@@ -41,6 +44,7 @@ async function main(): Promise<void> {
     server.close();
     await connection.close();
     await orm.close();
+    await database.stop();
   }
 }
 

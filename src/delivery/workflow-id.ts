@@ -35,3 +35,13 @@ export function workflowIdParts(organizationId: string, eventId: string, endpoin
   const fits = workflowHead.length + endpointIdLength + encoded.length <= MAX_DELIVERY_WORKFLOW_ID_LENGTH;
   return { workflowHead, workflowTail: fits ? encoded : `/~${createHash('sha256').update(eventId).digest('hex')}` };
 }
+
+/**
+ * Where an operator sees a delivery's workflow in the Temporal UI: its namespace's workflow
+ * list filtered to that id (every run of it, newest first), a page the UI has kept stable
+ * across versions where the run-specific paths have changed.
+ */
+export function workflowUiLink(uiUrl: string, namespace: string, workflowId: string): string {
+  const query = `WorkflowId="${workflowId}"`;
+  return `${uiUrl.replace(/\/+$/, '')}/namespaces/${encodeURIComponent(namespace)}/workflows?query=${encodeURIComponent(query)}`;
+}

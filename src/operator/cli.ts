@@ -14,6 +14,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { loadConfig } from '../config';
 import { isUuid } from '../db';
+import { workflowUiLink } from '../delivery';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import {
   AuditEventSchema,
@@ -49,6 +50,8 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
 environment:
   OPERATOR_URL    the service (default http://localhost:8080)
   OPERATOR_TOKEN  the operator credential (default: the development token); never a customer API key
+  TEMPORAL_UI_URL the Temporal UI (e.g. http://localhost:8233): delivery then prints its workflow's link
+  TEMPORAL_NAMESPACE  the deliveries' namespace in that UI (default "default")
 `;
 
 const DEFAULT_LIMIT = 50;
@@ -212,13 +215,14 @@ function auditOutput(events: AuditEvent[]): Output {
   return { json: events.map((e) => json(AuditEventSchema, e)), text: `${text}\n` };
 }
 
-function deliveryOutput(delivery: DeliveryRecord | undefined): Output {
+function deliveryOutput(delivery: DeliveryRecord | undefined, ui: TemporalUi | null): Output {
   if (!delivery) throw new Error('the service answered without a delivery');
   const lines = [
     `delivery ${delivery.deliveryId}  ${delivery.eventType} ${delivery.eventId}`,
     `  status ${delivery.status}${delivery.deadLettered ? ` (dead-lettered ${when(delivery.deadLetteredAt)})` : ''}  attempts ${delivery.attemptCount}`,
     `  organization ${delivery.organizationId}  endpoint ${delivery.endpointId}`,
     `  workflow ${delivery.workflowId}`,
+    ...(ui ? [`  temporal ui ${workflowUiLink(ui.url, ui.namespace, delivery.workflowId)}`] : []),
     `  created ${when(delivery.createdAt)}  next attempt ${when(delivery.nextAttemptAt)}  delivered ${when(delivery.deliveredAt)}`,
     `  last error: ${delivery.lastError || '-'}`,
     ...delivery.attempts.map(
@@ -262,7 +266,7 @@ interface Command {
    * Reads and checks every option, throwing a UsageError before anything is sent, and
    * returns the call to make.
    */
-  prepare(values: Values, argument: string | undefined): (operator: OperatorClient) => Promise<Output>;
+  prepare(values: Values, argument: string | undefined, env: NodeJS.ProcessEnv): (operator: OperatorClient) => Promise<Output>;
 }
 
 function killSwitchCommand(enabled: boolean): Command {
@@ -318,16 +322,17 @@ const COMMANDS: Record<string, Command> = {
   delivery: {
     options: ['endpoint', 'event'],
     argument: 'delivery id',
-    prepare(values, argument) {
+    prepare(values, argument, env) {
       const endpointId = id(values, 'endpoint');
       const eventId = text(values, 'event') ?? '';
+      const ui = temporalUi(env);
       if (argument !== undefined) {
         if (endpointId || eventId) throw new UsageError('give a delivery id, or --endpoint with --event, not both');
         if (!isUuid(argument)) throw new UsageError(`the delivery id must be an id (uuid), got "${argument}"`);
-        return async (operator) => deliveryOutput((await operator.getDelivery({ deliveryId: argument.toLowerCase() })).delivery);
+        return async (operator) => deliveryOutput((await operator.getDelivery({ deliveryId: argument.toLowerCase() })).delivery, ui);
       }
       if (!endpointId || !eventId) throw new UsageError('delivery needs a delivery id, or --endpoint ID with --event EVENT_ID');
-      return async (operator) => deliveryOutput((await operator.getDelivery({ endpointId, eventId })).delivery);
+      return async (operator) => deliveryOutput((await operator.getDelivery({ endpointId, eventId })).delivery, ui);
     },
   },
   event: {
@@ -377,13 +382,32 @@ function commandOf(positionals: string[]): { name: string; command: Command; arg
 }
 
 /** Everything a usage mistake can be is found here, so none of them reaches the service. */
-function prepare(positionals: string[], values: Values): (operator: OperatorClient) => Promise<Output> {
+function prepare(positionals: string[], values: Values, env: NodeJS.ProcessEnv): (operator: OperatorClient) => Promise<Output> {
   const { name, command, argument } = commandOf(positionals);
   for (const [option, value] of Object.entries(values)) {
     if (value === undefined || option === 'json' || option === 'help') continue;
     if (!command.options.includes(option as OptionName)) throw new UsageError(`${name} takes no --${option}`);
   }
-  return command.prepare(values, argument);
+  return command.prepare(values, argument, env);
+}
+
+interface TemporalUi {
+  url: string;
+  namespace: string;
+}
+
+/** The Temporal UI the deliveries' workflows are watched in, when TEMPORAL_UI_URL names one. */
+function temporalUi(env: NodeJS.ProcessEnv): TemporalUi | null {
+  const raw = env.TEMPORAL_UI_URL;
+  if (!raw) return null;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new UsageError(`TEMPORAL_UI_URL must be an http(s) URL, got "${raw}"`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError(`TEMPORAL_UI_URL must be an http(s) URL, got "${raw}"`);
+  return { url: raw.replace(/\/+$/, ''), namespace: env.TEMPORAL_NAMESPACE || 'default' };
 }
 
 function operatorUrl(env: NodeJS.ProcessEnv): string {
@@ -449,7 +473,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
   let call: (operator: OperatorClient) => Promise<Output>;
   let operator: OperatorClient;
   try {
-    call = prepare(positionals, values);
+    call = prepare(positionals, values, io.env);
     operator = operatorClient(operatorUrl(io.env), operatorToken(io.env));
   } catch (error) {
     if (!(error instanceof UsageError)) {
