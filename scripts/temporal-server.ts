@@ -56,7 +56,7 @@ export function ensureTemporalBinary(log: (line: string) => void = (line) => pro
   log(`temporal: building ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION} into .tools/ (minutes the first time)`);
   const started = Date.now();
   const built = spawnSync(go, ['install', `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`], {
-    env: { ...process.env, GOBIN: staging, GOFLAGS: '-mod=mod', CGO_ENABLED: '0' },
+    env: { ...process.env, GOBIN: staging, CGO_ENABLED: '0' },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   if (built.status !== 0) {
