@@ -5,7 +5,8 @@ import type { MikroORM } from '../db';
 import { requestIdFrom } from '../context';
 import { clientWentAway, createListener, type RequestHandler } from './listener';
 import { createRpcHandler } from './rpc-handler';
-import { RestGateway, sendError } from './gateway';
+import { RestGateway } from './gateway';
+import { sendError } from './http-answer';
 import { createDependencies, type BuildOptions, type Deliveries, type Dependencies } from './dependencies';
 import { PUBLIC_SERVICES, httpRoutes, routerOptions, routes } from './routes';
 

@@ -1,14 +1,15 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
+import type { IncomingMessage } from 'node:http';
+import type { Http2ServerRequest } from 'node:http2';
 import { fromBinary, fromJson, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
 import { Code, createContextValues, type ConnectError, type ConnectRouter } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
-import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
+import { apiError, ERRORS, fallbackCodeOf, type ErrorCode } from '../errors';
 import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
 import { httpRuleOf } from './http-rules';
 import { restAnswerKey, type RestAnswer } from './rest-answer';
+import { sendError, writeJson, type NodeResponse } from './http-answer';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
@@ -20,7 +21,6 @@ import { codeFromString } from '@connectrpc/connect/protocol-connect';
  */
 
 type NodeRequest = IncomingMessage | Http2ServerRequest;
-export type NodeResponse = ServerResponse | Http2ServerResponse;
 
 interface Route {
   verb: string;
@@ -269,42 +269,4 @@ function restErrorOf(body: Buffer): { code: ErrorCode; message: string; metadata
   } catch {
     return { code: 'INTERNAL', message: 'Internal error.', metadata: {} };
   }
-}
-
-export function sendError(
-  res: NodeResponse,
-  code: ErrorCode,
-  message: string,
-  requestId: string,
-  metadata: Record<string, string> = {},
-): void {
-  if (res.headersSent) return void res.end();
-  res.setHeader('x-request-id', requestId);
-  // Also in a header: an answer to HEAD has no body to carry it.
-  res.setHeader('x-error-code', code);
-  writeJson(res, httpStatusOf(code), JSON.stringify(errorBody(code, message, requestId, metadata)));
-}
-
-/** The JSON error every REST-style refusal carries. */
-export function errorBody(code: ErrorCode, message: string, requestId: string, metadata: Record<string, string> = {}): Record<string, unknown> {
-  const body: Record<string, unknown> = { code, message, requestId };
-  if (Object.keys(metadata).length > 0) body.details = metadata;
-  return body;
-}
-
-/**
- * Writes a response on either HTTP version (their compat APIs differ only in types). With
- * its length declared, an HTTP/1.1 answer goes out as head and body in one write, where
- * without it Node frames the body as chunks. An answer to HEAD has no body, and its head
- * stays as it was, without a length.
- */
-export function writeBody(res: NodeResponse, status: number, contentType: string, body: string | Buffer): void {
-  const plain = res as ServerResponse;
-  if (plain.req?.method === 'HEAD') plain.writeHead(status, { 'content-type': contentType });
-  else plain.writeHead(status, { 'content-type': contentType, 'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.length });
-  plain.end(body);
-}
-
-export function writeJson(res: NodeResponse, status: number, body: string | Buffer): void {
-  writeBody(res, status, 'application/json', body);
 }

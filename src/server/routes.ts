@@ -11,7 +11,7 @@ import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { EventService } from '../gen/publishing/internal/v1/event_service_pb';
 import type { RequestHandler } from './listener';
-import { sendError, writeBody, writeJson } from './gateway';
+import { sendError, writeBody, writeJson } from './http-answer';
 import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
 import { createRefusalAudit } from './refusal-audit';
 import { createRestAnswerInterceptor } from './rest-answer';
