@@ -43,7 +43,12 @@ export async function build(options: BuildOptions): Promise<BuiltApp> {
   const callOptions = routerOptions(deps);
   const router = createConnectRouter(callOptions);
   serviceRoutes(router);
-  const gateway = new RestGateway({ router, services: PUBLIC_SERVICES.map((s) => s.typeName), maxBodyBytes: deps.config.maxBodyBytes });
+  const gateway = new RestGateway({
+    routes: serviceRoutes,
+    routerOptions: callOptions,
+    services: PUBLIC_SERVICES.map((s) => s.typeName),
+    maxBodyBytes: deps.config.maxBodyBytes,
+  });
   const rpc = createRpcHandler({ router, logger });
   const plain = httpRoutes(deps);
 

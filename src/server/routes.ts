@@ -14,7 +14,6 @@ import type { RequestHandler } from './listener';
 import { sendError, writeBody, writeJson } from './http-answer';
 import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
 import { createRefusalAudit } from './refusal-audit';
-import { createRestAnswerInterceptor } from './rest-answer';
 import { HealthService, blocking, downDependencies } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { openApiDocument } from './openapi-route';
@@ -64,7 +63,6 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
       auditRefusal: createRefusalAudit(logger),
     }),
     interceptors: [
-      createRestAnswerInterceptor(),
       createRequestContextInterceptor(orm, logger, metrics.observeCall),
       createAuditInterceptor(logger),
       createStorableTextInterceptor(),
