@@ -5,7 +5,8 @@ import type { MikroORM } from '../db';
 import { requestIdFrom } from '../context';
 import { clientWentAway, createListener, type RequestHandler } from './listener';
 import { createRpcHandler } from './rpc-handler';
-import { RestGateway, sendError } from './gateway';
+import { RestGateway } from './gateway';
+import { sendError } from './http-answer';
 import { createDependencies, type BuildOptions, type Deliveries, type Dependencies } from './dependencies';
 import { PUBLIC_SERVICES, httpRoutes, routerOptions, routes } from './routes';
 
@@ -42,7 +43,12 @@ export async function build(options: BuildOptions): Promise<BuiltApp> {
   const callOptions = routerOptions(deps);
   const router = createConnectRouter(callOptions);
   serviceRoutes(router);
-  const gateway = new RestGateway({ router, services: PUBLIC_SERVICES.map((s) => s.typeName), maxBodyBytes: deps.config.maxBodyBytes });
+  const gateway = new RestGateway({
+    routes: serviceRoutes,
+    routerOptions: callOptions,
+    services: PUBLIC_SERVICES.map((s) => s.typeName),
+    maxBodyBytes: deps.config.maxBodyBytes,
+  });
   const rpc = createRpcHandler({ router, logger });
   const plain = httpRoutes(deps);
 

@@ -1,14 +1,24 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
-import { fromBinary, fromJson, type DescMethod, type DescField, type JsonValue } from '@bufbuild/protobuf';
-import { Code, createContextValues, type ConnectError, type ConnectRouter } from '@connectrpc/connect';
+import type { IncomingMessage } from 'node:http';
+import type { Http2ServerRequest } from 'node:http2';
+import { create, fromBinary, fromJson, toJsonString, type DescMessage, type DescMethod, type DescField, type JsonValue, type Message } from '@bufbuild/protobuf';
+import {
+  Code,
+  createConnectRouter,
+  createContextKey,
+  createContextValues,
+  type ConnectError,
+  type ConnectRouter,
+  type ConnectRouterOptions,
+  type Interceptor,
+} from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
-import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
+import { apiError, ERRORS, fallbackCodeOf, type ErrorCode } from '../errors';
 import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
 import { httpRuleOf } from './http-rules';
-import { restAnswerKey, type RestAnswer } from './rest-answer';
+import { jsonWriterOf } from './json-writer';
+import { sendError, writeJson, type NodeResponse } from './http-answer';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
@@ -20,7 +30,6 @@ import { codeFromString } from '@connectrpc/connect/protocol-connect';
  */
 
 type NodeRequest = IncomingMessage | Http2ServerRequest;
-export type NodeResponse = ServerResponse | Http2ServerResponse;
 
 interface Route {
   verb: string;
@@ -34,7 +43,10 @@ interface Route {
 }
 
 export interface GatewayOptions {
-  router: ConnectRouter;
+  /** Registers the services, as for every other protocol (routes.ts). */
+  routes: (router: ConnectRouter) => void;
+  /** The gate and interceptors every call goes through, as on every other protocol. */
+  routerOptions: ConnectRouterOptions;
   /** Fully qualified names of the services exposed under the REST paths. */
   services: readonly string[];
   maxBodyBytes: number;
@@ -51,7 +63,16 @@ export class RestGateway {
   private readonly routes: Route[];
 
   constructor(private readonly options: GatewayOptions) {
-    this.routes = options.router.handlers
+    // The gateway's own router over the same services and options, speaking Connect only
+    // (the protocol it hands calls to), with the answer taken outermost (takeAnswer).
+    const router = createConnectRouter({
+      ...options.routerOptions,
+      interceptors: [takeAnswer, ...(options.routerOptions.interceptors ?? [])],
+      grpc: false,
+      grpcWeb: false,
+    });
+    options.routes(router);
+    this.routes = router.handlers
       .filter((handler) => options.services.includes(handler.service.typeName))
       .flatMap((handler) => routeOf(handler) ?? []);
   }
@@ -107,10 +128,10 @@ export class RestGateway {
     res.once('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const restAnswer: RestAnswer = { json: null };
+    const taken: TakenAnswer = { message: null };
     const contextValues = createContextValues()
       .set(transportKey, 'rest')
-      .set(restAnswerKey, restAnswer)
+      .set(takenAnswerKey, taken)
       .set(pendingRefusalKey, refusal)
       .set(clientGoneKey, () => abort.signal.aborted);
     const answer = await route.handler({
@@ -129,10 +150,45 @@ export class RestGateway {
         res.setHeader(name, value);
       }
     });
-    if (answer.status === 200) return writeJson(res, 200, restAnswer.json ?? body);
+    if (answer.status === 200) return writeJson(res, 200, answerJson(route.method.output, taken.message));
     const { code, message: text, metadata } = restErrorOf(body);
     sendError(res, code, text, requestId, metadata);
   }
+}
+
+/** The message of a successful call, taken from connect-es for the gateway to write. */
+interface TakenAnswer {
+  message: Message | null;
+}
+
+const takenAnswerKey = createContextKey<TakenAnswer | null>(null, { description: 'REST answer' });
+
+/**
+ * Outermost on the gateway's router: takes the message of a successful call for the
+ * gateway to write (answerJson) and hands connect-es an empty message of the same type to
+ * serialize in its place, so the answer is turned into JSON once, without the object
+ * Protobuf-ES would build and `JSON.stringify` walk again. Every interceptor inside sees
+ * the real message; a refusal goes through connect-es, which encodes its details.
+ */
+const takeAnswer: Interceptor = (next) => async (req) => {
+  const res = await next(req);
+  const taken = req.contextValues.get(takenAnswerKey);
+  if (!taken || res.stream) return res;
+  taken.message = res.message;
+  return { ...res, message: create(res.method.output) };
+};
+
+/**
+ * The JSON of a successful answer: the writer compiled for its type (json-writer.ts), or
+ * Protobuf-ES's for a type it does not know. Both write with the default options, as
+ * connect-es does for the router's other protocols: the router sets no `jsonOptions`
+ * (test/server/json-writer.test.ts). A value neither can write throws, and the call is
+ * answered INTERNAL with the cause logged.
+ */
+function answerJson(schema: DescMessage, message: Message | null): string {
+  if (!message) throw new Error(`no ${schema.typeName} was taken from the call`);
+  const write = jsonWriterOf(schema);
+  return write ? write(message) : toJsonString(schema, message);
 }
 
 class GatewayError extends Error {
@@ -269,42 +325,4 @@ function restErrorOf(body: Buffer): { code: ErrorCode; message: string; metadata
   } catch {
     return { code: 'INTERNAL', message: 'Internal error.', metadata: {} };
   }
-}
-
-export function sendError(
-  res: NodeResponse,
-  code: ErrorCode,
-  message: string,
-  requestId: string,
-  metadata: Record<string, string> = {},
-): void {
-  if (res.headersSent) return void res.end();
-  res.setHeader('x-request-id', requestId);
-  // Also in a header: an answer to HEAD has no body to carry it.
-  res.setHeader('x-error-code', code);
-  writeJson(res, httpStatusOf(code), JSON.stringify(errorBody(code, message, requestId, metadata)));
-}
-
-/** The JSON error every REST-style refusal carries. */
-export function errorBody(code: ErrorCode, message: string, requestId: string, metadata: Record<string, string> = {}): Record<string, unknown> {
-  const body: Record<string, unknown> = { code, message, requestId };
-  if (Object.keys(metadata).length > 0) body.details = metadata;
-  return body;
-}
-
-/**
- * Writes a response on either HTTP version (their compat APIs differ only in types). With
- * its length declared, an HTTP/1.1 answer goes out as head and body in one write, where
- * without it Node frames the body as chunks. An answer to HEAD has no body, and its head
- * stays as it was, without a length.
- */
-export function writeBody(res: NodeResponse, status: number, contentType: string, body: string | Buffer): void {
-  const plain = res as ServerResponse;
-  if (plain.req?.method === 'HEAD') plain.writeHead(status, { 'content-type': contentType });
-  else plain.writeHead(status, { 'content-type': contentType, 'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.length });
-  plain.end(body);
-}
-
-export function writeJson(res: NodeResponse, status: number, body: string | Buffer): void {
-  writeBody(res, status, 'application/json', body);
 }

@@ -11,16 +11,16 @@ import { base64Encode } from '@bufbuild/protobuf/wire';
  * compiled once per message type from its descriptor into plain functions that build the
  * same JSON value, then one `JSON.stringify` writes it (V8's native writer: a string built
  * piece by piece in JavaScript was slower than the whole of toJsonString). It gives the
- * same text as `toJsonString` with the default options (the router sets no
- * `jsonOptions`): fields in number order, JSON names, implicit zero values and unset
- * fields left out, 64-bit integers as strings, enums by name, timestamps in RFC 3339 as
+ * same text as `toJsonString` with the default options (the router sets no JSON write
+ * options): fields in number order, JSON names, implicit zero values and unset fields
+ * left out, 64-bit integers as strings, enums by name, timestamps in RFC 3339 as
  * Protobuf-ES writes them. test/server/json-writer.test.ts holds it to that over
- * generated messages.
+ * generated messages of every public service's answers, and the router to its options.
  *
  * It knows the field kinds this API's answers use; a message type with anything else (a
  * map, a oneof, a well-known type other than Timestamp, a required field) gets no writer,
- * and its answers keep going through Protobuf-ES. A value Protobuf-ES would refuse throws,
- * and the caller lets Protobuf-ES write (and refuse) it as before.
+ * and the gateway writes its answers with Protobuf-ES. A value Protobuf-ES would refuse
+ * throws here as it does there.
  */
 export type JsonWriter = (message: object) => string;
 

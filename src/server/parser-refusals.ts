@@ -3,7 +3,7 @@ import type net from 'node:net';
 import type { Logger } from '../config';
 import { requestIdFrom } from '../context';
 import { httpStatusOf, type ErrorCode } from '../errors';
-import { errorBody } from './gateway';
+import { errorBody, sendError } from './http-answer';
 
 /** A request on an HTTP/1.1 connection, from its head until its response closes. */
 interface Exchange {
@@ -67,17 +67,10 @@ export class ParserRefusals {
   refusesVersionless(req: http.IncomingMessage, res: http.ServerResponse): boolean {
     if (req.httpVersionMajor >= 1) return false;
     const requestId = requestIdFrom(null);
-    const body = JSON.stringify(errorBody('MALFORMED_REQUEST', MESSAGES.MALFORMED_REQUEST, requestId));
     this.logger?.info({ requestId, code: 'MALFORMED_REQUEST', reason: 'no HTTP version' }, 'request refused by the HTTP/1.1 parser');
     req.resume();
-    res.writeHead(httpStatusOf('MALFORMED_REQUEST'), {
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(body),
-      'x-request-id': requestId,
-      'x-error-code': 'MALFORMED_REQUEST',
-      connection: 'close',
-    });
-    res.end(body);
+    res.setHeader('connection', 'close');
+    sendError(res, 'MALFORMED_REQUEST', MESSAGES.MALFORMED_REQUEST, requestId);
     return true;
   }
 

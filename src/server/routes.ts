@@ -11,10 +11,9 @@ import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { EventService } from '../gen/publishing/internal/v1/event_service_pb';
 import type { RequestHandler } from './listener';
-import { sendError, writeBody, writeJson } from './gateway';
+import { sendError, writeBody, writeJson } from './http-answer';
 import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
 import { createRefusalAudit } from './refusal-audit';
-import { createRestAnswerInterceptor } from './rest-answer';
 import { HealthService, blocking, downDependencies } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { openApiDocument } from './openapi-route';
@@ -64,7 +63,6 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
       auditRefusal: createRefusalAudit(logger),
     }),
     interceptors: [
-      createRestAnswerInterceptor(),
       createRequestContextInterceptor(orm, logger, metrics.observeCall),
       createAuditInterceptor(logger),
       createStorableTextInterceptor(),

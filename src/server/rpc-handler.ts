@@ -4,7 +4,7 @@ import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from
 import type { Logger } from '../config';
 import { requestIdFrom, requestIdKey } from '../context';
 import type { ErrorCode } from '../errors';
-import { sendError } from './gateway';
+import { sendError } from './http-answer';
 import { clientWentAway, type RequestHandler } from './listener';
 import { afterRefusalRecords, clientGoneKey } from './request-context';
 

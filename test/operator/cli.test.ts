@@ -88,6 +88,11 @@ async function waitFor<T>(what: string, probe: () => Promise<T | undefined | fal
   }
 }
 
+async function storedAttemptCount(deliveryId: string): Promise<number> {
+  const [row] = await rows<{ count: number }>('select count(*)::int as count from delivery_attempts where delivery_id = ?', [deliveryId]);
+  return row!.count;
+}
+
 async function deliveryStatus(id: string): Promise<string | undefined> {
   const [row] = await rows<{ status: string }>('select status from webhook_deliveries where id = ?', [id]);
   return row?.status;
@@ -129,11 +134,13 @@ describe('kill-switch', () => {
     expect(people.stdout).toContain(`kill switch (organization ${tenant.organizationId}): ON`);
     expect(people.stdout).toContain('reason: receiver incident INC-42');
 
-    // While it is on, a delivery of this organization is held and nothing reaches the receiver.
+    // While it is on, a delivery of this organization is held and nothing reaches the receiver:
+    // an attempt that finds the switch on writes `held` instead of beginning (no attempt row),
+    // and so does every later one while the switch stays on.
     const before = requestsTo('/ok');
     const { deliveryId } = await sendTestDelivery(tenant, '/ok');
     await waitFor('the delivery to be held', async () => (await deliveryStatus(deliveryId)) === 'held');
-    await sleep(200);
+    expect(await storedAttemptCount(deliveryId)).toBe(0);
     expect(requestsTo('/ok')).toBe(before);
 
     expect(await operatorJson('kill-switch', 'off', '--org', tenant.organizationId)).toMatchObject({ organizationId: tenant.organizationId, enabled: false });

@@ -1,14 +1,16 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createConnectRouter } from '@connectrpc/connect';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { RestGateway } from '../../src/server/gateway';
 
 describe('the REST gateway over an RPC that is not built yet', () => {
   it('answers 501 NOT_IMPLEMENTED with a code, derived from the descriptor alone', async () => {
-    const router = createConnectRouter();
-    router.service(ConnectionService, {});
-    const gateway = new RestGateway({ router, services: [ConnectionService.typeName], maxBodyBytes: 1024 });
+    const gateway = new RestGateway({
+      routes: (router) => router.service(ConnectionService, {}),
+      routerOptions: {},
+      services: [ConnectionService.typeName],
+      maxBodyBytes: 1024,
+    });
     expect(gateway.describe().map((r) => `${r.verb} ${r.template}`)).toContain('POST /api/v1/connections/{id}/confirm');
     const server = http.createServer((req, res) => void gateway.handle(req, res, 'req-1'));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));

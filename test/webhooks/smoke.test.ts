@@ -3,6 +3,7 @@ import { startTestApp, type TestApp } from '../support/app';
 import { rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver } from '../support/https-receiver';
+import { untilStored } from '../support/deliveries';
 
 let t: TestApp;
 afterAll(async () => t?.close());
@@ -21,9 +22,9 @@ it('sends a signed webhook.test to a real HTTPS receiver', async () => {
   const ts = request!.headers['x-service-timestamp'] as string;
   const expected = createHmac('sha256', secret).update(`${ts}.${request!.rawBody}`).digest('hex');
   expect(request!.headers['x-service-signature']).toBe(expected);
-  await new Promise((r) => setTimeout(r, 200));
+  // The receiver has answered; the outcome is stored after that, so wait for the row.
+  await untilStored(t.orm, test.body.delivery.id as string, (row) => row.status === 'delivered');
   const list = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: tenant.apiKey });
-  if (list.status !== 200) console.log(list.body);
   expect(list.status).toBe(200);
   expect(list.body.endpoints[0].recentDeliveries[0]).toMatchObject({ status: 'delivered', attemptCount: 1 });
   await receiver.close();
