@@ -108,6 +108,10 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
         // The activity already marked the row failed with this reason; a dead letter would be noise.
         return { status: 'failed', reason: failure.message };
       }
+      if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.abandoned) {
+        // A failure of ours no retry can fix: the activity already dead-lettered the row with the reason.
+        return { status: 'dead_lettered', reason: failure.message };
+      }
       const exhausted = failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.attemptsExhausted;
       if (!exhausted && patched(PATCHES.topUpUnsentAttempts)) {
         const reported = sentIn(failure);

@@ -41,11 +41,17 @@ export const DELIVERY_RETRY_POLICY = {
   maximumAttempts: MAX_ATTEMPTS,
 } as const;
 
-/** Failure types the attempt activity throws; the two non-retryable ones end the retries. */
+/**
+ * Failure types the attempt activity throws; the non-retryable ones end the retries.
+ * `abandoned`: a failure of ours that no retry can fix (a signing secret no configured key
+ * opens, a defect in the send path); the activity has already dead-lettered the row with
+ * the reason, and no attempt was used.
+ */
 export const FAILURE_TYPES = {
   attemptFailed: 'DeliveryAttemptFailed',
   endpointGone: 'EndpointGone',
   attemptsExhausted: 'AttemptsExhausted',
+  abandoned: 'DeliveryAbandoned',
 } as const;
 
 /** Signal the API sends a held delivery's workflow when its kill switch goes off. */

@@ -42,7 +42,9 @@ export type AttemptResult =
   | { kind: 'gone'; reason: string }
   | { kind: 'exhausted'; sent: number }
   /** Another executor closed this attempt and went on (this one had been taken for dead). */
-  | { kind: 'superseded' };
+  | { kind: 'superseded' }
+  /** A failure of ours no retry can fix: the delivery is dead-lettered with `reason`, no attempt used. */
+  | { kind: 'abandoned'; reason: string };
 
 /** Backoff while PostgreSQL is unreachable: short at first, never longer than a heartbeat interval. */
 const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS] as const;
@@ -78,9 +80,24 @@ export class DeliveryAttempts {
     const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
     try {
       return await this.attempt(ref, liveness, begun);
+    } catch (error) {
+      if (failureClass(error) !== 'permanent') throw error;
+      return await this.abandon(ref, error, liveness.signal);
     } finally {
       clearInterval(beat);
     }
+  }
+
+  /**
+   * Ends a delivery that failed for a reason of ours no retry can fix, as dead-lettered with
+   * a reason that says so. Retrying would fail the same way forever (a Temporal workflow
+   * topping up attempts that never send, an embedded lease re-begun after every lapse).
+   */
+  private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal): Promise<AttemptResult> {
+    const reason = `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
+    this.deps.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery dead-lettered by a failure of ours');
+    if (await this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal)) this.deps.onEvent?.('dead_lettered');
+    return { kind: 'abandoned', reason };
   }
 
   /** Dead-letters a delivery whose attempts are used up; waits out PostgreSQL being unreachable. */
@@ -223,7 +240,30 @@ function activityOutcome(result: AttemptResult): AttemptOutcome {
       });
     case 'superseded':
       throw ApplicationFailure.retryable('Another execution of this delivery recorded its attempt.', FAILURE_TYPES.attemptFailed);
+    case 'abandoned':
+      throw ApplicationFailure.nonRetryable(result.reason, FAILURE_TYPES.abandoned);
   }
+}
+
+/**
+ * How an attempt's failure is handled, decided here once for both engines:
+ * - receiver: the receiver's side failed (non-2xx, network, TLS, timeout): a counted
+ *   attempt, retried 30 s later up to 8 (handled inside the attempt, never thrown here);
+ * - transient: ours, and passing (PostgreSQL unreachable) or a stop we were asked for
+ *   (cancellation): no attempt is used; the engine takes the delivery up again (Temporal's
+ *   next execution, the lease lapsing) and it goes on when PostgreSQL answers;
+ * - permanent: ours, and no retry can fix it (a signing secret no configured key opens, a
+ *   defect in the send path): the delivery ends dead-lettered with the reason.
+ */
+export function failureClass(error: unknown): 'transient' | 'permanent' {
+  if (isDatabaseUnavailable(error)) return 'transient';
+  if (error instanceof CancelledFailure || (error instanceof Error && error.name === 'AbortError')) return 'transient';
+  return 'permanent';
+}
+
+function describeFailure(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  return message.length > 200 ? `${message.slice(0, 200)}…` : message;
 }
 
 /** The outbound client and secrets as configured for this deployment: the API's embedded engine and the Temporal worker use the same. */

@@ -175,7 +175,8 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
         await attempts.deadLetter(ref, this.stopping.signal);
       }
     } catch (error) {
-      logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery step failed; it is retried after its lease');
+      // Only a transient failure of ours reaches here (failureClass): a permanent one ended the delivery.
+      logger.warn({ err: error, deliveryId: ref.deliveryId }, 'delivery step failed for a passing reason of ours; it is taken up again after its lease');
     }
   }
 }

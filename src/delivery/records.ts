@@ -560,19 +560,33 @@ export class DeliveryRecords {
   }
 
   /** All attempts are used: the delivery is dead-lettered and queued for operators. False when it had already finished. */
-  async deadLetter(em: EntityManager, ref: DeliveryRef): Promise<boolean> {
+  /**
+   * Ends a delivery dead-lettered. `reason`: a failure of ours ended it (not the receiver's);
+   * it becomes the last error, and an attempt begun but never sent is closed with it, so it
+   * never reads as a request that was made.
+   */
+  async deadLetter(em: EntityManager, ref: DeliveryRef, reason?: string): Promise<boolean> {
     return em.transactional(async (tx) => {
       const k = db(tx);
       const now = new Date(this.now());
       const updated = await k
         .updateTable('webhook_deliveries')
-        .set({ status: 'dead_lettered', next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now })
+        .set({ status: 'dead_lettered', next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now, ...(reason !== undefined && { last_error: reason }) })
         .where('id', '=', ref.deliveryId)
         .where('organization_id', '=', ref.organizationId)
         .where('status', 'in', OPEN_STATUSES)
         .returning('last_error')
         .executeTakeFirst();
       if (!updated) return false;
+      if (reason !== undefined) {
+        await k
+          .updateTable('delivery_attempts')
+          .set({ finished_at: now, error: reason })
+          .where('delivery_id', '=', ref.deliveryId)
+          .where('dispatched_at', 'is', null)
+          .where('finished_at', 'is', null)
+          .execute();
+      }
       await k
         .insertInto('dead_letters')
         .values({ delivery_id: ref.deliveryId, organization_id: ref.organizationId, endpoint_id: ref.endpointId, last_error: updated.last_error, created_at: now })

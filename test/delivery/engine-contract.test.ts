@@ -142,6 +142,26 @@ describe.each(ENGINES)('on the %s engine', (engine) => {
     }
   }, 90_000);
 
+  it('a signing secret no configured key opens: dead-lettered at once with a reason of ours, nothing sent, no attempt used', async () => {
+    const tenant = await t.tenant();
+    const r = await receiver(() => ({ status: 200 }));
+    const endpoint = await endpointAt(tenant, `${r.url}/sealed-away`);
+    // As after a key rotation that dropped the key this secret was sealed under.
+    await t.orm.em.fork().execute(`update webhook_endpoints set secret_key_id = 'retired-key' where id = ?`, [endpoint.id], 'run');
+    const { id, workflowId } = await sendTest(tenant, endpoint.id);
+
+    const final = await untilStored(t.orm, id, (row) => row.status === 'dead_lettered', 30_000);
+    await t.idle();
+    expect(final.attempt_count).toBe(0);
+    expect(final.last_error).toMatch(/^Not sent: the delivery failed on our side/);
+    expect(r.requests).toHaveLength(0);
+    expect((await storedAttempts(t.orm, id)).every((a) => a.dispatched_at === null)).toBe(true);
+    expect(await storedDeadLetters(t.orm, id)).toEqual([expect.objectContaining({ last_error: final.last_error })]);
+    if (engine === 'temporal') {
+      expect((await temporalView(workflowId, 'abandoned-secret-unopenable')).result).toEqual({ status: 'dead_lettered', reason: final.last_error });
+    }
+  }, 60_000);
+
   it.each(['organization', 'global'] as const)('a %s kill switch in the middle of retries: nothing sent while on, sent within 2 s of off', async (scope) => {
     const tenant = await t.tenant();
     const operator = client(OperatorService, t.url, 'grpc', t.config.operatorToken);
