@@ -223,6 +223,7 @@ describe('deliverWebhook over histories recorded on a real server', () => {
         'dead-lettered-after-eight.json',
         'endpoint-gone.json',
         'held-by-global-switch-then-released.json',
+        'abandoned-secret-unopenable.json',
       ]),
     );
   });
@@ -237,6 +238,10 @@ describe('deliverWebhook over histories recorded on a real server', () => {
 
   it('dead-letters once the attempt activity ran out of its 8 attempts', async () => {
     expect(await activityTypes('dead-lettered-after-eight.json')).toEqual(['attemptDelivery', 'deadLetter']);
+  });
+
+  it('ends dead-lettered, without retrying, when a failure of ours abandoned the delivery', async () => {
+    expect(await activityTypes('abandoned-secret-unopenable.json')).toEqual(['attemptDelivery']);
   });
 
   it('fails without a dead letter when the endpoint is gone', async () => {
