@@ -1,5 +1,5 @@
 import { loadConfig, ConfigError, createLogger } from '../config';
-import { openDatabase, migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
+import { migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
 import { start } from './app';
 
 /** Entry point: `npm start`. Migrations run at start except in production, where `npm run migrate` does. */
@@ -20,7 +20,7 @@ async function main(): Promise<void> {
     const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
     if (applied.length > 0) logger.info({ applied }, 'migrations applied');
   }
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  const orm = await database.open();
   // PGlite has one user; on PostgreSQL a role that could rewrite the audit trail is refused in production.
   const roleProblems = database.embedded ? [] : await serviceRoleProblems(orm.em.fork());
   if (roleProblems.length > 0 && config.env === 'production') {
