@@ -162,7 +162,7 @@ function routeOf(handler: UniversalHandler): Route | null {
     .join('/');
   return {
     verb: rule.verb,
-    pattern: new RegExp(`^${source}/?$`),
+    pattern: new RegExp(`^${source}$`),
     pathFields: rule.pathFields.map((field) => field.jsonName),
     bodyAll: rule.bodyAll,
     template: rule.template,
@@ -209,14 +209,15 @@ async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Recor
  * (`/webhooks/./x`, `/webhooks/%2e/x`) and decoding turns `%2f` or `%5c` into separators
  * after matching, so one resource would answer to many spellings and a path variable could
  * carry a separator into a lookup. No route or id of this API needs any of them: ids are
- * UUIDs, so a percent sign anywhere in the path is refused too, encoded ids included.
+ * UUIDs, so a percent sign anywhere in the path is refused too, encoded ids included. An
+ * empty segment is one too, a trailing slash included: `/webhooks/<id>/` is not `/webhooks/<id>`.
  */
 function isCanonicalPath(path: string): boolean {
   if (path.includes('%') || path.includes('\\')) return false;
   return path
     .split('/')
     .slice(1)
-    .every((segment, i, all) => (segment !== '' || i === all.length - 1) && segment !== '.' && segment !== '..');
+    .every((segment) => segment !== '' && segment !== '.' && segment !== '..');
 }
 
 /** Query parameters bind to scalar fields by proto or JSON name; repeated ones may repeat. */
