@@ -32,18 +32,20 @@ async function main(): Promise<void> {
   const app = await start({ config, orm, logger, cachePrincipals: !database.embedded });
 
   let stopping = false;
-  const stop = async (signal: string) => {
+  // SIGTERM (an orchestrator's stop) drains first, so that load balancers stop sending here
+  // before the listener stops accepting; SIGINT (Ctrl-C at a terminal) stops at once.
+  const stop = async (signal: string, drainMs: number) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, 'shutting down: finishing in-flight calls');
-    await app.close();
+    logger.info({ signal, drainMs }, 'shutting down');
+    await app.close(drainMs);
     await orm.close();
     await database.stop();
     logger.info('stopped');
     process.exit(0);
   };
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM', config.shutdownDrainMs));
+  process.on('SIGINT', () => void stop('SIGINT', 0));
 }
 
 main().catch((error: unknown) => {
