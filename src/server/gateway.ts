@@ -7,6 +7,7 @@ import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
 import { apiError, ERRORS, fallbackCodeOf, httpStatusOf, type ErrorCode } from '../errors';
 import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
+import { isInvalidUtf8Decoding, strictUtf8 } from './utf8';
 import { httpRuleOf } from './http-rules';
 import { restAnswerKey, type RestAnswer } from './rest-answer';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
@@ -87,6 +88,7 @@ export class RestGateway {
     let refusal: ConnectError | null = null;
     try {
       message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
+      assertUtf8Query(url.search);
       Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
       route.pathFields.forEach((field, i) => {
         message[field] = match[i + 1] ?? '';
@@ -150,7 +152,8 @@ function decodable(method: DescMethod, message: Record<string, JsonValue>): void
   try {
     fromJson(method.input, message, { ignoreUnknownFields: true });
   } catch (error) {
-    throw new GatewayError('INVALID_ARGUMENT', error instanceof Error ? error.message : 'The body does not match the request.');
+    const text = error instanceof Error ? error.message : 'The body does not match the request.';
+    throw new GatewayError(isInvalidUtf8Decoding(text) ? 'INVALID_UTF8' : 'INVALID_ARGUMENT', text);
   }
 }
 
@@ -188,9 +191,9 @@ async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Recor
   }
   let text: string;
   try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks));
+    text = strictUtf8.decode(Buffer.concat(chunks));
   } catch {
-    throw new GatewayError('MALFORMED_JSON', 'The body is not valid UTF-8.');
+    throw new GatewayError('INVALID_UTF8', 'The body is not valid UTF-8.');
   }
   let value: unknown;
   try {
@@ -218,6 +221,21 @@ function isCanonicalPath(path: string): boolean {
     .split('/')
     .slice(1)
     .every((segment) => segment !== '' && segment !== '.' && segment !== '..');
+}
+
+/**
+ * URLSearchParams decodes a percent-encoded byte sequence that is not UTF-8 (`%ff`) to
+ * U+FFFD; a query is taken as sent or refused, as a body is. A `%` that starts no escape
+ * stays the literal character it is to URLSearchParams.
+ */
+function assertUtf8Query(search: string): void {
+  for (const part of search.slice(1).split(/[&=]/)) {
+    try {
+      decodeURIComponent(part.replace(/%(?![0-9a-f]{2})/gi, '%25'));
+    } catch {
+      throw new GatewayError('INVALID_UTF8', 'The query is not valid UTF-8.');
+    }
+  }
 }
 
 /** Query parameters bind to scalar fields by proto or JSON name; repeated ones may repeat. */

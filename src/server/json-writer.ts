@@ -11,8 +11,8 @@ import { base64Encode } from '@bufbuild/protobuf/wire';
  * compiled once per message type from its descriptor into plain functions that build the
  * same JSON value, then one `JSON.stringify` writes it (V8's native writer: a string built
  * piece by piece in JavaScript was slower than the whole of toJsonString). It gives the
- * same text as `toJsonString` with the default options (the router sets no
- * `jsonOptions`): fields in number order, JSON names, implicit zero values and unset
+ * same text as `toJsonString` with the default options (the router's `jsonOptions`
+ * only name a strict text decoder for reading): fields in number order, JSON names, implicit zero values and unset
  * fields left out, 64-bit integers as strings, enums by name, timestamps in RFC 3339 as
  * Protobuf-ES writes them. test/server/json-writer.test.ts holds it to that over
  * generated messages.
