@@ -3,8 +3,10 @@
 # without .data/ or dist/, run inside a network namespace of its own, where nothing answers
 # on 127.0.0.1:5432. It starts the service (`npm start`, so embedded PGlite), bootstraps a
 # key while it runs, makes the README's calls and a test delivery to a local HTTPS receiver,
-# waits 31 s (longer than every idle timeout of the pools), and does it all again. Every
-# process it starts is stopped on exit, also when a check fails. Needs root (ip netns).
+# waits 31 s (longer than every idle timeout of the pools), and does it all again; then the
+# README's connection walkthrough (start, approve, complete, confirm, disable) and an internal
+# publish, first and again, whose delivery arrives signed. Every process it starts is stopped
+# on exit, also when a check fails. Needs root (ip netns).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -15,7 +17,7 @@ if [ "${1:-}" != "--inside" ]; then
   ip netns add "$namespace"
   trap 'ip netns delete "$namespace"' EXIT
   ip netns exec "$namespace" ip link set lo up
-  ip netns exec "$namespace" timeout 110 "$0" --inside
+  ip netns exec "$namespace" timeout 180 "$0" --inside
   exit 0
 fi
 
@@ -79,7 +81,8 @@ JS
 setsid scripts/with-node.sh node "$work/receiver.js" "$work/key.pem" "$work/cert.pem" "$work/received" >"$work/receiver.log" 2>&1 &
 receiver_pid=$!
 
-DELIVERY_EXTRA_CA_PEM="$(cat "$work/cert.pem")" DELIVERY_ALLOW_CIDRS=127.0.0.0/8 \
+INTERNAL_TOKEN="newcomer-$(openssl rand -hex 16)"
+DELIVERY_EXTRA_CA_PEM="$(cat "$work/cert.pem")" DELIVERY_ALLOW_CIDRS=127.0.0.0/8 INTERNAL_SERVICE_TOKENS="scheduler:$INTERNAL_TOKEN" \
   setsid npm start >"$work/service.log" 2>&1 &
 service_pid=$!
 
@@ -109,9 +112,17 @@ expect_status() { # expected, METHOD, PATH, [BODY]
   got="$(call "$@")"
   [ "$got" = "$expected" ] || fail "$1 $2 answered $got, expected $expected: $(cat "$work/answer.json")"
 }
-field() { scripts/with-node.sh node -e 'let v=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));for(const k of process.argv[2].split("."))v=v[k];process.stdout.write(String(v))' "$work/answer.json" "$1"; }
+# field PATH: the last answer's field (dot-separated path); empty when absent, as proto3 JSON leaves false, 0 and "" out.
+field() { scripts/with-node.sh node -e 'let v=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));for(const k of process.argv[2].split("."))v=v?.[k];process.stdout.write(v==null?"":String(v))' "$work/answer.json" "$1"; }
 
-# A test delivery arrives as request number $1, signed with the endpoint's secret $2.
+# expect_field PATH VALUE: the last answer's field PATH (dot-separated) is VALUE.
+expect_field() {
+  local got
+  got="$(field "$1")"
+  [ "$got" = "$2" ] || fail "the answer's $1 is \"$got\", expected \"$2\": $(cat "$work/answer.json")"
+}
+
+# A delivery of type $3 (default webhook.test) arrives as request number $1, signed with the endpoint's secret $2.
 expect_signed_delivery() {
   wait_for "delivery $1 at the receiver" 30 test -f "$work/received/$1.done"
   local headers="$work/received/$1.headers" ts signature expected
@@ -119,7 +130,46 @@ expect_signed_delivery() {
   signature="$(scripts/with-node.sh node -p 'JSON.parse(require("fs").readFileSync(process.argv[1]))["x-service-signature"]' "$headers")"
   expected="$({ printf '%s.' "$ts"; cat "$work/received/$1.body"; } | openssl dgst -sha256 -hmac "$2" -r | cut -d' ' -f1)"
   [ "$signature" = "$expected" ] || fail "delivery $1 is not signed with the endpoint's secret"
-  grep -q '"type":"webhook.test"' "$work/received/$1.body" || fail "delivery $1 is not a webhook.test"
+  grep -q "\"type\":\"${3:-webhook.test}\"" "$work/received/$1.body" || fail "delivery $1 is not a ${3:-webhook.test}: $(cat "$work/received/$1.body")"
+}
+
+# The README's "Connecting an account in development", without a browser: each step's answer
+# and the platform events its changes recorded (the publish statement on the embedded database).
+walkthrough() {
+  expect_status 200 POST /api/v1/webhooks '{"url":"https://hooks.example.com/platform","eventNames":["connection.verified","connection.disconnected"]}'
+  local platform_endpoint redirect state location account id
+  platform_endpoint="$(field endpoint.id)"
+  expect_status 200 POST /api/v1/connections/start '{"toolkit":"instagram"}'
+  redirect="$(field redirectUrl)"
+  state="$(field state)"
+  [ -n "$state" ] || fail "connections/start gave no state"
+  location="$(curl -s -o /dev/null -w '%{redirect_url}' "${redirect/consent?/consent/approve?}&account=bakery")"
+  account="$(printf '%s' "$location" | sed -n 's/.*[?&]connected_account_id=\([^&]*\).*/\1/p')"
+  [[ "$account" == sbx.instagram.bakery.* ]] || fail "the sandbox approval redirected to \"$location\", with no bakery account"
+  curl -sf -o /dev/null "$location" || fail "the callback page $location did not answer"
+  expect_status 200 POST /api/v1/connections/complete "{\"state\":\"$state\",\"connectedAccountId\":\"$account\"}"
+  expect_field connection.status connected
+  expect_field connection.identity.displayName "Sandbox Bakery"
+  id="$(field connection.id)"
+  expect_status 200 POST "/api/v1/connections/$id/confirm" '{"confirmIdentity":true}'
+  expect_field connection.status verified
+  expect_field connection.id "$id"
+  expect_status 200 POST "/api/v1/connections/$id/disable" '{"reason":"newcomer walkthrough"}'
+  expect_field connection.status disconnected
+  expect_status 200 GET /api/v1/webhooks
+  scripts/with-node.sh node -e '
+    const { endpoints } = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const types = endpoints.find((e) => e.id === process.argv[2]).recentDeliveries.map((d) => d.eventType).sort().join(",");
+    if (types !== "connection.disconnected,connection.verified") { console.error(types); process.exit(1); }' "$work/answer.json" "$platform_endpoint" \
+    || fail "confirm and disable did not record connection.verified and connection.disconnected: $(cat "$work/answer.json")"
+}
+
+# publish BODY: EventService/PublishEvent over Connect (JSON) with the internal credential.
+publish() {
+  local got
+  got="$(curl -s -o "$work/answer.json" -w '%{http_code}' -X POST localhost:8080/publishing.internal.v1.EventService/PublishEvent \
+    -H "Authorization: Bearer $INTERNAL_TOKEN" -H 'content-type: application/json' -d "$1")"
+  [ "$got" = 200 ] || fail "PublishEvent answered $got: $(cat "$work/answer.json")"
 }
 
 round() { # $1: the number of deliveries the receiver has had before this round
@@ -138,8 +188,14 @@ round() { # $1: the number of deliveries the receiver has had before this round
 }
 
 # While the service runs, the CLI reaches the service's database, so its key works there.
-KEY="$(npm run --silent admin -- bootstrap 2>"$work/admin.log" | sed -n 's/^apiKey: //p')"
-[ -n "$KEY" ] || fail "bootstrap printed no API key: $(cat "$work/admin.log")"
+# bootstrap: a new organization with an owner's key, as KEY and ORG.
+bootstrap() {
+  npm run --silent admin -- bootstrap 2>"$work/admin.log" >"$work/bootstrap.txt"
+  KEY="$(sed -n 's/^apiKey: //p' "$work/bootstrap.txt")"
+  ORG="$(sed -n 's/^organizationId: //p' "$work/bootstrap.txt")"
+  [ -n "$KEY" ] && [ -n "$ORG" ] || fail "bootstrap printed no API key or organization: $(cat "$work/bootstrap.txt" "$work/admin.log")"
+}
+bootstrap
 grep -q 'embedded PGlite served by another process' "$work/admin.log" || fail "bootstrap did not use the service's database"
 round 0
 echo "newcomer: first round passed; idle for 31 s"
@@ -149,9 +205,28 @@ idle_pid=$!
 wait "$idle_pid"
 idle_pid=""
 round 1
-KEY="$(npm run --silent admin -- bootstrap 2>"$work/admin.log" | sed -n 's/^apiKey: //p')"
-[ -n "$KEY" ] || fail "bootstrap after the idle gap printed no API key: $(cat "$work/admin.log")"
+bootstrap
 expect_status 200 GET /api/v1/connections
+walkthrough
+echo "newcomer: connection walkthrough passed"
+
+# An internal service publishes an event its organization's endpoint subscribes to; the same
+# event again records nothing and answers with the first delivery.
+expect_status 200 POST /api/v1/webhooks '{"url":"https://127.0.0.1:8443/orders","eventNames":["order.shipped"]}'
+order_endpoint="$(field endpoint.id)"
+order_secret="$(field signingSecret)"
+event='{"organizationId":"'"$ORG"'","eventId":"order-1","eventType":"order.shipped","payload":{"orderId":"1"}}'
+publish "$event"
+expect_field event.eventId order-1
+expect_field event.publisher scheduler
+expect_field event.replayed ""
+expect_field event.deliveries.0.endpointId "$order_endpoint"
+delivery="$(field event.deliveries.0.deliveryId)"
+expect_signed_delivery 3 "$order_secret" order.shipped
+publish "$event"
+expect_field event.replayed true
+expect_field event.deliveries.0.deliveryId "$delivery"
+echo "newcomer: internal publish passed"
 
 # A second service on the same .data is refused, naming the owner.
 if PORT=8081 npm start >"$work/second.log" 2>&1; then fail "a second service opened the embedded database"; fi
@@ -162,4 +237,4 @@ for _ in $(seq 1 200); do kill -0 -- "-$service_pid" 2>/dev/null || break; sleep
 if kill -0 -- "-$service_pid" 2>/dev/null; then fail "the service did not stop within 20 s of SIGTERM"; fi
 [ ! -e .data/pglite.lock ] || fail "the service left .data/pglite.lock behind"
 service_pid=""
-echo "newcomer: passed (no PostgreSQL; two rounds 31 s apart, deliveries signed)"
+echo "newcomer: passed (no PostgreSQL; two rounds 31 s apart, deliveries signed; connection walkthrough; internal publish)"

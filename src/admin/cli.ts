@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { loadConfig, type Config, createLogger } from '../config';
-import { openDatabase, migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
+import { migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
 import { rotateSigningSecrets } from '../webhooks';
 import { SecretBox } from '../secrets';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
@@ -142,7 +142,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     try {
       // Migrations run as the owner role; the service role that runs the command cannot.
       await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
-      const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+      const orm = await database.open();
       try {
         const result = await run(command, values, orm.em.fork(), config);
         if (values.json) io.stdout.write(`${JSON.stringify(result)}\n`);

@@ -26,6 +26,11 @@ export interface Config {
   logLevel: string;
   /** Request bodies above this many bytes get 413 PAYLOAD_TOO_LARGE. */
   maxBodyBytes: number;
+  /**
+   * On SIGTERM, how long the listener keeps accepting and serving with /readyz at 503, so
+   * that load balancers stop sending here before it stops accepting (0: stop at once).
+   */
+  shutdownDrainMs: number;
   /** Key that signs connection-attempt state tokens (HMAC-SHA256). */
   stateSigningKey: Buffer;
   /** Keys that encrypt webhook signing secrets at rest, by key id; `currentKeyId` encrypts new ones. */
@@ -85,6 +90,9 @@ export class ConfigError extends Error {
     this.name = 'ConfigError';
   }
 }
+
+/** Room for a load balancer that checks readiness every second or two to see 503 and stop sending here. */
+const DEFAULT_SHUTDOWN_DRAIN_MS = 5_000;
 
 const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
 const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
@@ -217,6 +225,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseMigrationUrl,
     logLevel: env.LOG_LEVEL || (nodeEnv === 'test' ? 'silent' : 'info'),
     maxBodyBytes: int('MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    shutdownDrainMs: int('SHUTDOWN_DRAIN_MS', DEFAULT_SHUTDOWN_DRAIN_MS, 0, 60_000),
     stateSigningKey,
     secretKeys,
     currentSecretKeyId,

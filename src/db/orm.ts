@@ -36,7 +36,19 @@ export const POOL_SIZE = 10;
 /** Every migration's name, in the order they run. */
 export const MIGRATION_NAMES = MIGRATIONS.map((m) => m.name);
 
-export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Options {
+/** What the server behind a URL gives each pooled connection. */
+export interface SessionOptions {
+  /**
+   * Whether registered statements go out as named prepared statements (default true). A
+   * name belongs to a database session, so this holds only where every pooled connection is
+   * a session of its own: not behind the embedded PGlite server (one session for all) nor a
+   * proxy that pools transactions (PgBouncer in transaction mode), where the second
+   * connection to prepare a name finds it taken.
+   */
+  namedStatements?: boolean;
+}
+
+export function ormOptions(clientUrl: string, extra: Partial<Options> = {}, session: SessionOptions = {}): Options {
   return {
     clientUrl,
     entities: ENTITIES,
@@ -61,21 +73,21 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}): Opt
     ...extra,
     // Without a bound, a call waits for a connection as long as the kernel keeps trying to
     // reach an unreachable server (minutes); past it the call is answered UNAVAILABLE.
-    driverOptions: { connectionTimeoutMillis: 5_000, ...extra.driverOptions, onPoolCreated: poolHooks(extra.driverOptions?.onPoolCreated) },
+    driverOptions: { connectionTimeoutMillis: 5_000, ...extra.driverOptions, onPoolCreated: poolHooks(extra.driverOptions?.onPoolCreated, session.namedStatements ?? true) },
   };
 }
 
 /** The pool's own hooks, then the caller's (a test that watches the statements sent, say). */
-function poolHooks(extra: unknown): (pool: Pool) => void {
+function poolHooks(extra: unknown, namedStatements: boolean): (pool: Pool) => void {
   return (pool) => {
     releaseDeadCheckouts(pool);
-    sendPreparedStatements(pool);
+    if (namedStatements) sendPreparedStatements(pool);
     if (typeof extra === 'function') (extra as (pool: Pool) => void)(pool);
   };
 }
 
-export async function openDatabase(clientUrl: string, extra: Partial<Options> = {}): Promise<MikroORM> {
-  return MikroORM.init(ormOptions(clientUrl, extra));
+export async function openDatabase(clientUrl: string, extra: Partial<Options> = {}, session: SessionOptions = {}): Promise<MikroORM> {
+  return MikroORM.init(ormOptions(clientUrl, extra, session));
 }
 
 /** Applies pending migrations; returns the names applied. */

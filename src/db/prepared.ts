@@ -8,9 +8,10 @@ const names = new Map<string, string>();
  * parses it once per connection and may keep its plan, instead of parsing and planning it
  * at every execution (Kysely sends every statement unnamed). For a statement of many CTEs
  * that a hot path runs, planning costs about as much as a small insert's whole execution.
- * Register only statements built once, whose text never changes (CompiledStatement's);
- * a prepared statement needs a session per connection, as this pool's are (no proxy that
- * pools transactions).
+ * Register only statements built once, whose text never changes (CompiledStatement's).
+ * A prepared statement needs a session per connection: ormOptions installs the hook only
+ * where each connection has one (not on the embedded PGlite server, whose connections
+ * share one session; see SessionOptions), and elsewhere the same texts go out unnamed.
  */
 export function prepareStatement(text: string): void {
   if (!names.has(text)) names.set(text, `prepared_${names.size + 1}`);

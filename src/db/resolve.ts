@@ -4,7 +4,9 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'pg';
 import type { Logger } from '../config';
-import { POOL_SIZE } from './orm';
+import type { Options } from '@mikro-orm/postgresql';
+import { servePGlite } from './embedded-server';
+import { POOL_SIZE, openDatabase, type MikroORM } from './orm';
 import { OWNER_ROLE, SERVICE_ROLE, ensureServiceRoles } from './roles';
 
 export interface ResolvedDatabase {
@@ -16,8 +18,25 @@ export interface ResolvedDatabase {
   poolMax: number;
   /** True for the embedded PGlite server: one session behind every connection. */
   embedded: boolean;
+  /**
+   * Opens the pool over `url`: sized for the server, and with named prepared statements
+   * only where each connection is a session of its own (not on the embedded server).
+   * `extra`: more ORM options (a test's pool hook, say).
+   */
+  open(extra?: Partial<Options>): Promise<MikroORM>;
   /** Stops what was started for the database (the embedded server), if anything. */
   stop(): Promise<void>;
+}
+
+function resolved(url: string, migrationUrl: string, embedded: boolean, stop: () => Promise<void> = async () => undefined, poolMax = POOL_SIZE): ResolvedDatabase {
+  return {
+    url,
+    migrationUrl,
+    poolMax,
+    embedded,
+    open: (extra = {}) => openDatabase(url, { ...extra, pool: { min: 0, max: poolMax } }, { namedStatements: !embedded }),
+    stop,
+  };
 }
 
 /**
@@ -37,7 +56,7 @@ export interface ResolveOptions {
 
 const LOCAL = { host: '127.0.0.1', port: 5432 };
 const DEV_DATABASE = 'publishing_dev';
-/** Every connection shares the one PGlite session, so more sockets cost nothing but a file descriptor each. */
+/** Every connection shares the one PGlite session (taking turns by exchange), so more sockets cost nothing but a file descriptor each. */
 const EMBEDDED_MAX_CONNECTIONS = 32;
 const OWNER_POOL_MAX = 4;
 const JOINER_POOL_MAX = 2;
@@ -71,7 +90,7 @@ export async function resolveDatabaseUrl(configured: string, logger: Logger, opt
   const { dataDir = '.data', local = LOCAL, embedded = 'join', ownerStartTimeoutMs = 60_000 } = options;
   if (configured) {
     logger.info({ database: redact(configured) }, 'using DATABASE_URL');
-    return { url: configured, migrationUrl: configured, poolMax: POOL_SIZE, embedded: false, stop: async () => undefined };
+    return resolved(configured, configured, false);
   }
   if (await answers(local.host, local.port)) {
     const admin = new Client({ host: local.host, port: local.port, user: 'postgres', database: 'postgres' });
@@ -85,11 +104,11 @@ export async function resolveDatabaseUrl(configured: string, logger: Logger, opt
         // Its tables belong to whoever created it, and the bootstrap superuser's cannot be handed over.
         logger.warn({ database: DEV_DATABASE, owner: exists.rows[0].owner }, 'this database predates the owner and service roles and runs as its owner; drop it to have them');
         const url = roleUrl(exists.rows[0].owner);
-        return { url, migrationUrl: url, poolMax: POOL_SIZE, embedded: false, stop: async () => undefined };
+        return resolved(url, url, false);
       }
       const url = roleUrl(SERVICE_ROLE);
       logger.info({ database: url }, 'no DATABASE_URL: using the local PostgreSQL');
-      return { url, migrationUrl: roleUrl(OWNER_ROLE), poolMax: POOL_SIZE, embedded: false, stop: async () => undefined };
+      return resolved(url, roleUrl(OWNER_ROLE), false);
     } catch (error) {
       logger.warn({ err: error }, 'local PostgreSQL answered but could not be used; falling back to embedded PGlite');
     } finally {
@@ -192,31 +211,24 @@ async function serveEmbedded(dataDir: string, lockPath: string, logger: Logger):
   process.once('exit', release);
   try {
     const { PGlite } = await import('@electric-sql/pglite');
-    const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
     const db = await PGlite.create(path.join(dataDir, 'pglite'));
     // PGlite has one user, so the split cannot hold here; the roles exist for the migrations' grants.
     await ensureServiceRoles(db, { login: false });
-    const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: EMBEDDED_MAX_CONNECTIONS });
-    await server.start();
-    const address = server.getServerConn();
+    const server = await servePGlite(db, { host: '127.0.0.1', maxConnections: EMBEDDED_MAX_CONNECTIONS });
+    const { address } = server;
     // Written aside and renamed, so a reader sees the old record or the new one, never half of one.
     const pending = `${lockPath}.${process.pid}`;
     writeFileSync(pending, JSON.stringify({ pid: process.pid, address } satisfies OwnerRecord));
     renameSync(pending, lockPath);
     const url = `postgres://postgres@${address}/postgres`;
     logger.info({ database: url, dataDir }, 'no DATABASE_URL and no local PostgreSQL: using embedded PGlite');
-    return {
-      url,
-      migrationUrl: url,
-      poolMax: OWNER_POOL_MAX,
-      embedded: true,
-      stop: async () => {
-        await server.stop();
-        await db.close();
-        release();
-        process.removeListener('exit', release);
-      },
+    const stop = async () => {
+      await server.stop();
+      await db.close();
+      release();
+      process.removeListener('exit', release);
     };
+    return resolved(url, url, true, stop, OWNER_POOL_MAX);
   } catch (error) {
     release();
     process.removeListener('exit', release);
@@ -233,7 +245,7 @@ async function joinEmbedded(owner: Required<OwnerRecord>, lockPath: string, logg
   }
   const url = `postgres://postgres@${owner.address}/postgres`;
   logger.info({ database: url, ownerPid: owner.pid }, 'no DATABASE_URL and no local PostgreSQL: using the embedded PGlite served by another process');
-  return { url, migrationUrl: url, poolMax: JOINER_POOL_MAX, embedded: true, stop: async () => undefined };
+  return resolved(url, url, true, undefined, JOINER_POOL_MAX);
 }
 
 function redact(url: string): string {

@@ -12,6 +12,7 @@ export const ERRORS = {
   ROUTE_NOT_FOUND: [Code.NotFound, 404],
   METHOD_NOT_ALLOWED: [Code.Unimplemented, 405],
   MALFORMED_JSON: [Code.InvalidArgument, 400],
+  INVALID_UTF8: [Code.InvalidArgument, 400],
   INVALID_ARGUMENT: [Code.InvalidArgument, 400],
   PAYLOAD_TOO_LARGE: [Code.ResourceExhausted, 413],
   UNSUPPORTED_MEDIA_TYPE: [Code.InvalidArgument, 415],

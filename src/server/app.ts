@@ -32,8 +32,17 @@ export interface App {
   logger: Logger;
   gateway: RestGateway;
   delivery: Deliveries;
-  close(): Promise<void>;
+  /**
+   * Shuts down: readiness goes to 503 at once; the listener keeps accepting and serving for
+   * `drainMs` (SHUTDOWN_DRAIN_MS on SIGTERM, 0 by default), then stops accepting, answers
+   * every request of the connections it accepted, lets in-flight calls finish (up to
+   * SHUTDOWN_GRACE_MS), and stops deliveries and the pools.
+   */
+  close(drainMs?: number): Promise<void>;
 }
+
+/** How long in-flight calls may take to finish once the listener stops accepting. */
+export const SHUTDOWN_GRACE_MS = 10_000;
 
 /** Composition root: the dependencies, then the routes over them, once; nothing listens yet. */
 export async function build(options: BuildOptions): Promise<BuiltApp> {
@@ -93,8 +102,13 @@ export async function start(options: BuildOptions): Promise<App> {
     logger,
     gateway: app.gateway,
     delivery,
-    async close() {
-      await listener.shutdown(10_000);
+    async close(drainMs = 0) {
+      app.deps.shutdown.begin();
+      if (drainMs > 0) {
+        logger.info({ drainMs }, 'draining: /readyz answers 503; still accepting and serving');
+        await new Promise((resolve) => setTimeout(resolve, drainMs));
+      }
+      await listener.shutdown(SHUTDOWN_GRACE_MS);
       await app.close();
     },
   };

@@ -19,7 +19,7 @@ import {
   type DeliveryEngine,
   type DeliveryEvent,
 } from '../delivery';
-import { databaseReadiness, type ReadinessCheck } from './health';
+import { databaseReadiness, ShutdownReadiness, type ReadinessCheck } from './health';
 import { Metrics } from './metrics';
 
 /** Where the provider returns the browser; the page shows what to send to /connections/complete. */
@@ -88,6 +88,8 @@ export interface Dependencies {
   delivery: Deliveries;
   /** What /readyz and the gRPC health service report on; each dependency adds its check here. */
   readiness: ReadinessCheck[];
+  /** Takes the instance out of readiness when it begins to shut down. */
+  shutdown: ShutdownReadiness;
   /** Stops the delivery engine and releases every pool this built (not an ORM it was given). */
   close(): Promise<void>;
 }
@@ -139,7 +141,9 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, logger });
   delivery.embedded?.begin();
 
+  const shutdown = new ShutdownReadiness();
   const readiness: ReadinessCheck[] = [
+    shutdown,
     databaseReadiness(orm),
     ...(temporal ? [{ name: 'temporal', required: false, probe: temporal.reachable }] : []),
   ];
@@ -159,6 +163,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     metrics,
     delivery,
     readiness,
+    shutdown,
     async close() {
       await delivery.close();
       await principals?.close();

@@ -16,6 +16,7 @@ import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { transportKey } from '../context';
 import { apiError, ERRORS, fallbackCodeOf, type ErrorCode } from '../errors';
 import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
+import { isInvalidUtf8Decoding, strictUtf8 } from './utf8';
 import { httpRuleOf } from './http-rules';
 import { jsonWriterOf } from './json-writer';
 import { sendError, writeJson, type NodeResponse } from './http-answer';
@@ -108,6 +109,7 @@ export class RestGateway {
     let refusal: ConnectError | null = null;
     try {
       message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
+      assertUtf8Query(url.search);
       Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
       route.pathFields.forEach((field, i) => {
         message[field] = match[i + 1] ?? '';
@@ -206,7 +208,8 @@ function decodable(method: DescMethod, message: Record<string, JsonValue>): void
   try {
     fromJson(method.input, message, { ignoreUnknownFields: true });
   } catch (error) {
-    throw new GatewayError('INVALID_ARGUMENT', error instanceof Error ? error.message : 'The body does not match the request.');
+    const text = error instanceof Error ? error.message : 'The body does not match the request.';
+    throw new GatewayError(isInvalidUtf8Decoding(text) ? 'INVALID_UTF8' : 'INVALID_ARGUMENT', text);
   }
 }
 
@@ -218,7 +221,7 @@ function routeOf(handler: UniversalHandler): Route | null {
     .join('/');
   return {
     verb: rule.verb,
-    pattern: new RegExp(`^${source}/?$`),
+    pattern: new RegExp(`^${source}$`),
     pathFields: rule.pathFields.map((field) => field.jsonName),
     bodyAll: rule.bodyAll,
     template: rule.template,
@@ -244,9 +247,9 @@ async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Recor
   }
   let text: string;
   try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks));
+    text = strictUtf8.decode(Buffer.concat(chunks));
   } catch {
-    throw new GatewayError('MALFORMED_JSON', 'The body is not valid UTF-8.');
+    throw new GatewayError('INVALID_UTF8', 'The body is not valid UTF-8.');
   }
   let value: unknown;
   try {
@@ -265,14 +268,30 @@ async function readJsonObject(req: NodeRequest, maxBytes: number): Promise<Recor
  * (`/webhooks/./x`, `/webhooks/%2e/x`) and decoding turns `%2f` or `%5c` into separators
  * after matching, so one resource would answer to many spellings and a path variable could
  * carry a separator into a lookup. No route or id of this API needs any of them: ids are
- * UUIDs, so a percent sign anywhere in the path is refused too, encoded ids included.
+ * UUIDs, so a percent sign anywhere in the path is refused too, encoded ids included. An
+ * empty segment is one too, a trailing slash included: `/webhooks/<id>/` is not `/webhooks/<id>`.
  */
 function isCanonicalPath(path: string): boolean {
   if (path.includes('%') || path.includes('\\')) return false;
   return path
     .split('/')
     .slice(1)
-    .every((segment, i, all) => (segment !== '' || i === all.length - 1) && segment !== '.' && segment !== '..');
+    .every((segment) => segment !== '' && segment !== '.' && segment !== '..');
+}
+
+/**
+ * URLSearchParams decodes a percent-encoded byte sequence that is not UTF-8 (`%ff`) to
+ * U+FFFD; a query is taken as sent or refused, as a body is. A `%` that starts no escape
+ * stays the literal character it is to URLSearchParams.
+ */
+function assertUtf8Query(search: string): void {
+  for (const part of search.slice(1).split(/[&=]/)) {
+    try {
+      decodeURIComponent(part.replace(/%(?![0-9a-f]{2})/gi, '%25'));
+    } catch {
+      throw new GatewayError('INVALID_UTF8', 'The query is not valid UTF-8.');
+    }
+  }
 }
 
 /** Query parameters bind to scalar fields by proto or JSON name; repeated ones may repeat. */

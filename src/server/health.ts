@@ -17,6 +17,24 @@ export interface ReadinessCheck {
   probe(): Promise<boolean>;
 }
 
+/**
+ * Not ready from the moment the instance begins to shut down, whatever its dependencies
+ * say: /readyz answers 503 (`"down": ["shutdown"]`) and the gRPC health service NOT_SERVING
+ * while the listener still accepts, so load balancers stop sending here first.
+ */
+export class ShutdownReadiness implements ReadinessCheck {
+  readonly name = 'shutdown';
+  private draining = false;
+
+  begin(): void {
+    this.draining = true;
+  }
+
+  async probe(): Promise<boolean> {
+    return !this.draining;
+  }
+}
+
 /** A probe that takes longer than this counts as down: a hung dependency is not ready. */
 const PROBE_TIMEOUT_MS = 2_000;
 

@@ -12,8 +12,9 @@ import { base64Encode } from '@bufbuild/protobuf/wire';
  * same JSON value, then one `JSON.stringify` writes it (V8's native writer: a string built
  * piece by piece in JavaScript was slower than the whole of toJsonString). It gives the
  * same text as `toJsonString` with the default options (the router sets no JSON write
- * options): fields in number order, JSON names, implicit zero values and unset fields
- * left out, 64-bit integers as strings, enums by name, timestamps in RFC 3339 as
+ * options; its `jsonOptions` only name a strict text decoder for reading): fields in number
+ * order, JSON names, implicit zero values and unset fields left out, 64-bit integers as
+ * strings, enums by name, timestamps in RFC 3339 as
  * Protobuf-ES writes them. test/server/json-writer.test.ts holds it to that over
  * generated messages of every public service's answers, and the router to its options.
  *

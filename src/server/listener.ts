@@ -162,6 +162,7 @@ export function createListener(
     async shutdown(graceMs) {
       closing = true;
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+      options.logger?.info({ connections: sockets.size }, 'stopped accepting connections; answering those accepted');
       for (const socket of sockets) if (served.has(socket) && !busy.has(socket)) socket.destroy();
       for (const session of sessions) session.close();
       if (sockets.size > 0) {

@@ -1,5 +1,5 @@
 import { loadConfig, ConfigError, createLogger } from '../config';
-import { openDatabase, migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
+import { migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
 import { start } from './app';
 
 /** Entry point: `npm start`. Migrations run at start except in production, where `npm run migrate` does. */
@@ -20,7 +20,7 @@ async function main(): Promise<void> {
     const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
     if (applied.length > 0) logger.info({ applied }, 'migrations applied');
   }
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  const orm = await database.open();
   // PGlite has one user; on PostgreSQL a role that could rewrite the audit trail is refused in production.
   const roleProblems = database.embedded ? [] : await serviceRoleProblems(orm.em.fork());
   if (roleProblems.length > 0 && config.env === 'production') {
@@ -32,18 +32,20 @@ async function main(): Promise<void> {
   const app = await start({ config, orm, logger, cachePrincipals: !database.embedded });
 
   let stopping = false;
-  const stop = async (signal: string) => {
+  // SIGTERM (an orchestrator's stop) drains first, so that load balancers stop sending here
+  // before the listener stops accepting; SIGINT (Ctrl-C at a terminal) stops at once.
+  const stop = async (signal: string, drainMs: number) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, 'shutting down: finishing in-flight calls');
-    await app.close();
+    logger.info({ signal, drainMs }, 'shutting down');
+    await app.close(drainMs);
     await orm.close();
     await database.stop();
     logger.info('stopped');
     process.exit(0);
   };
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM', config.shutdownDrainMs));
+  process.on('SIGINT', () => void stop('SIGINT', 0));
 }
 
 main().catch((error: unknown) => {

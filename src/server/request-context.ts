@@ -3,6 +3,7 @@ import { type MikroORM, entityManagerKey, isDatabaseUnavailable, PageRequestErro
 import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../context';
 import { apiError, errorInfoDetail, errorInfoOf, fallbackCodeOf, ERRORS, type ErrorCode } from '../errors';
 import type { Logger } from '../config';
+import { invalidUtf8, isInvalidUtf8Decoding } from './utf8';
 
 export interface CallObserver {
   (call: { procedure: string; transport: Transport; code: string; seconds: number }): void;
@@ -189,8 +190,16 @@ function asRefusal(error: ConnectError, inputType: string): ErrorCode {
   let message = error.rawMessage;
   switch (error.code) {
     case Code.Internal:
-      code = 'INVALID_ARGUMENT';
-      message = `The request body is not a valid ${inputType} message.`;
+    case Code.InvalidArgument:
+      if (isInvalidUtf8Decoding(error.rawMessage)) {
+        code = 'INVALID_UTF8';
+        message = `A string field of the ${inputType} message is not valid UTF-8.`;
+      } else if (error.code === Code.Internal) {
+        code = 'INVALID_ARGUMENT';
+        message = `The request body is not a valid ${inputType} message.`;
+      } else {
+        code = 'INVALID_ARGUMENT';
+      }
       break;
     case Code.Unimplemented:
       code = 'INVALID_ARGUMENT';
@@ -281,23 +290,29 @@ export function createRequestContextInterceptor(orm: MikroORM, logger: Logger, o
  * Refuses text PostgreSQL cannot store. Text and jsonb cannot hold U+0000, so a string
  * carrying one would fail its query as an internal error, and the audit event of the
  * refused action could not name its target (the id the caller sent). No field of this API
- * has a use for it. Placed inside the audit interceptor, before any handler names a
- * target, so the refusal is audited like any other.
+ * has a use for it. A lone surrogate (JSON can spell one, `"\ud800"`) has no UTF-8 form:
+ * written out it would become U+FFFD, text the client never sent. Placed inside the audit
+ * interceptor, before any handler names a target, so the refusal is audited like any other.
  */
 export function createStorableTextInterceptor(): Interceptor {
   return (next) => async (req) => {
-    if (!req.stream && containsNul(req.message)) {
-      throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
-    }
+    const problem = req.stream ? null : unstorableText(req.message);
+    if (problem === 'nul') throw apiError('INVALID_ARGUMENT', 'Text fields must not contain NUL (U+0000) characters.');
+    if (problem === 'surrogate') throw invalidUtf8('A text field (it holds a lone surrogate, which has no UTF-8 form)');
     return next(req);
   };
 }
 
-function containsNul(value: unknown): boolean {
-  if (typeof value === 'string') return value.includes('\u0000');
-  if (Array.isArray(value)) return value.some(containsNul);
-  if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) return Object.values(value).some(containsNul);
-  return false;
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function unstorableText(value: unknown): 'nul' | 'surrogate' | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? 'nul' : LONE_SURROGATE.test(value) ? 'surrogate' : null;
+  const values = Array.isArray(value) ? value : typeof value === 'object' && value !== null && !(value instanceof Uint8Array) ? Object.values(value) : [];
+  for (const item of values) {
+    const problem = unstorableText(item);
+    if (problem) return problem;
+  }
+  return null;
 }
 
 /** Longest error message sent back; handlers may echo what the caller sent. */

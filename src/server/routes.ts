@@ -17,6 +17,7 @@ import { createRefusalAudit } from './refusal-audit';
 import { HealthService, blocking, downDependencies } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { openApiDocument } from './openapi-route';
+import { strictUtf8 } from './utf8';
 import { CALLBACK_PATH, type Dependencies } from './dependencies';
 
 /** Services under /api/v1 (REST) as well as gRPC and Connect. */
@@ -69,6 +70,11 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
       createAuthorizeInterceptor(),
     ],
     readMaxBytes: config.maxBodyBytes,
+    // JSON bodies (Connect, gRPC and gRPC-web +json) that are not UTF-8 are refused, not mended
+    // with U+FFFD. connect-es's JSON serialization takes its decoder from these options
+    // (createJsonSerialization), though the router's type does not name it; the transport
+    // suites pin that it is used (test/server/invalid-utf8.test.ts).
+    jsonOptions: { textDecoder: strictUtf8 } as ConnectRouterOptions['jsonOptions'],
     acceptCompression: [compressionGzip, compressionBrotli],
   };
 }

@@ -31,6 +31,7 @@ import {
   auditEventsSince,
   auditHighWater,
   connectErrorProblem,
+  errorInfoFromConnectJson,
   grpcRefusalProblem,
   grpcStatusOf,
   http1Request,
@@ -726,11 +727,21 @@ async function sendConnect(c: ConnectCase): Promise<Outcome> {
     request = http1Request('POST', target, headers, body);
   }
   const answer = await rawHttp1(t.url, request);
-  return judgeHttp1Rpc(protocol, c.method, answer, {
+  const outcome = judgeHttp1Rpc(protocol, c.method, answer, {
     noProtocol: (status) => (status === 415 && !CONNECT_CONTENT_TYPES.includes(c.contentType)) || (status === 405 && c.httpMethod === 'GET'),
     grpcWeb: false,
     gzipOverLimit: c.encoding === 'gzip' && uncompressed > t.config.maxBodyBytes,
   }, requestId);
+  // A JSON body that is not UTF-8, and nothing else wrong with the request, is refused as
+  // such, never read with U+FFFD in its place (a GET carries the bytes as latin1 characters
+  // in its query, which is UTF-8 again; an unknown encoding or a bad timeout is refused first).
+  const onlyTheBytes =
+    c.body === 'json-invalid-utf8' && c.httpMethod === 'POST' && c.encoding !== 'unknown' && c.timeout === null &&
+    (c.protocolVersion === '1' || c.protocolVersion === null) && /^application\/json(; charset=utf-8)?$/.test(c.contentType);
+  if (onlyTheBytes && (outcome.label === 'OK' || / INVALID_ARGUMENT$/.test(outcome.label))) {
+    return { ...outcome, problem: outcome.problem ?? `a JSON body that is not UTF-8 was answered ${outcome.label}, not INVALID_UTF8` };
+  }
+  return outcome;
 }
 
 async function sendGrpcWeb(c: GrpcWebCase): Promise<Outcome> {
@@ -922,6 +933,8 @@ it(
     );
 
     expect(failures).toEqual([]);
+    // Some of the JSON bodies that are not UTF-8 got past authentication and were refused as such.
+    expect([...labels.keys()].filter((label) => label.endsWith(' INVALID_UTF8')).length).toBeGreaterThan(0);
     expect(await stillAlive(t)).toBe(200);
     expect(after).toEqual(before);
     expect(audit.filter((e) => e.outcome !== 'refused')).toEqual([]);
@@ -937,7 +950,7 @@ function undecodable(method: DescMethod): fc.Arbitrary<Uint8Array> {
   return fc
     .oneof(
       fc.uint8Array({ minLength: 1, maxLength: 64 }),
-      // A string field whose length runs past the end, or whose bytes are not UTF-8.
+      // A string field whose length runs past the end.
       fc.uint8Array({ minLength: 1, maxLength: 8 }).map((b) => Uint8Array.from([0x0a, 0x40, ...b])),
       fc.constantFrom(Uint8Array.from([0x0a, 0x03, 0xff, 0xfe, 0xc3]), Uint8Array.from([0xff, 0xff, 0xff]), Uint8Array.from([0x00]), Uint8Array.from([0x0f])),
     )
@@ -945,8 +958,9 @@ function undecodable(method: DescMethod): fc.Arbitrary<Uint8Array> {
       try {
         fromBinary(method.input, bytes);
         return false;
-      } catch {
-        return true;
+      } catch (error) {
+        // A string field that is not UTF-8 has a code of its own (the test after the next).
+        return !/utf-8/i.test(String(error));
       }
     });
 }
@@ -998,6 +1012,56 @@ it('refuses a binary body it cannot decode (bad protobuf, compressed flag withou
     `undecodable bodies: ${cases.length} tried (seed ${seed}); answers: ${JSON.stringify(Object.fromEntries([...seen].map(([k, v]) => [k, [...v]])))}; failures: ${failures.length}\n  ${failures.slice(0, 6).join('\n  ')}`,
   );
   expect(failures).toEqual([]);
+});
+
+/** Two-byte sequences that are not UTF-8: a stray byte, a bad continuation, an overlong form, cut sequences. */
+const INVALID_UTF8_PAIRS = [[0xff, 0xfe], [0xc3, 0x28], [0xc0, 0xaf], [0xf0, 0x9f], [0xe2, 0x82], [0x80, 0x80]];
+
+it('refuses a string field that is not UTF-8 with INVALID_UTF8 on every RPC protocol, in JSON and protobuf, storing nothing', async () => {
+  const before = await snapshotDomain(t);
+  const withString = METHODS.filter((m) => m.parent.typeName.startsWith('publishing.v1.')).flatMap((method) => {
+    const field = method.input.fields.find((f) => (f.fieldKind === 'scalar' || f.fieldKind === 'list') && f.scalar === ScalarType.STRING);
+    return field ? [{ method, field }] : [];
+  });
+  const cases = fc.sample(
+    fc.tuple(fc.constantFrom(...withString), fc.constantFrom(...INVALID_UTF8_PAIRS), fc.constantFrom('grpc', 'grpc-web', 'connect'), fc.constantFrom('proto', 'json')),
+    { numRuns: 90, seed: ROBUSTNESS_SEED },
+  );
+  const failures: string[] = [];
+  const tried = new Set<string>();
+  await inPool(cases, 4, async ([{ method, field }, pair, protocol, encoding]) => {
+    const value = 'x@@y';
+    const message = create(method.input, { [field.localName]: field.fieldKind === 'list' ? [value] : value } as never);
+    const text = encoding === 'proto' ? Buffer.from(toBinary(method.input, message)) : Buffer.from(JSON.stringify(toJson(method.input, message)));
+    const at = text.indexOf('@@');
+    const body = Buffer.concat([text.subarray(0, at), Buffer.from(pair), text.subarray(at + 2)]);
+    const authorization = `Bearer ${keys.allScopes}`;
+    let answer: string;
+    if (protocol === 'grpc') {
+      const own = http2.connect(t.url).on('error', () => undefined);
+      const response = await rawH2(own, { ':method': 'POST', ':path': pathOf(method), 'content-type': `application/grpc+${encoding}`, te: 'trailers', authorization }, envelopeOf(0, body));
+      own.close();
+      const status = grpcStatusOf({ ...response.headers, ...response.trailers } as Record<string, string>);
+      answer = status === null || status === 'missing' ? String(status) : `${Code[status.code]} ${status.info?.reason ?? ''}`;
+    } else if (protocol === 'grpc-web') {
+      const response = await rawHttp1(t.url, http1Request('POST', pathOf(method), [['Content-Type', `application/grpc-web+${encoding}`], ['Authorization', authorization]], envelopeOf(0, body)));
+      const flat = Object.fromEntries(Object.entries(response.headers).map(([n, v]) => [n, v[0] ?? '']));
+      const status = grpcStatusOf({ ...flat, ...trailersFromGrpcWebBody(response.body) });
+      answer = status === null || status === 'missing' ? String(status) : `${Code[status.code]} ${status.info?.reason ?? ''}`;
+    } else {
+      const headers: [string, string][] = [['Content-Type', `application/${encoding}`], ['Authorization', authorization], ['Connect-Protocol-Version', '1']];
+      const response = await rawHttp1(t.url, http1Request('POST', pathOf(method), headers, body));
+      const parsed = JSON.parse(response.body.toString('utf8') || '{}') as { code?: string; details?: { type?: string; value?: string }[] };
+      answer = `HTTP ${response.status} ${parsed.code ?? ''} ${errorInfoFromConnectJson(parsed)?.reason ?? ''}`;
+    }
+    tried.add(`${protocol}+${encoding}`);
+    const expected = protocol === 'connect' ? 'HTTP 400 invalid_argument INVALID_UTF8' : 'InvalidArgument INVALID_UTF8';
+    if (answer !== expected) failures.push(`${protocol}+${encoding} ${pathOf(method)} ${field.name} [${pair.map((b) => b.toString(16)).join(' ')}]: ${answer}`);
+  });
+  console.log(`invalid UTF-8 in string fields: ${cases.length} calls over ${[...tried].sort().join(', ')}; failures: ${failures.length}\n  ${failures.slice(0, 6).join('\n  ')}`);
+  expect(tried.size).toBe(6);
+  expect(failures).toEqual([]);
+  expect(await snapshotDomain(t)).toEqual(before);
 });
 
 it('refuses text the database cannot store (U+0000) and instants past the year 9999 in stored fields, on REST and gRPC, storing nothing', async () => {

@@ -590,6 +590,8 @@ function problemWith(wire: Wire, response: RawResponse): string | null {
     const isRead = spec.method === 'GET' && (spec.route?.reads ?? true);
     return isRead ? null : `a hostile ${spec.method} ${spec.path.slice(0, 80)} succeeded with ${response.status}`;
   }
+  // A body is checked for UTF-8 before it is parsed: one that is not is never refused as JSON.
+  if (spec.body?.t === 'invalid-utf8' && codeOf(response) === 'MALFORMED_JSON') return 'a body that is not UTF-8 was refused MALFORMED_JSON, not INVALID_UTF8';
   return codeProblem(spec, response);
 }
 
@@ -703,6 +705,8 @@ it(
     );
 
     expect(failures).toEqual([]);
+    // Some bodies that are not UTF-8 reached a route that reads its body, and were refused as such.
+    expect(statuses.get('400 INVALID_UTF8') ?? 0).toBeGreaterThan(0);
     expect(await stillAlive(t)).toBe(200);
     expect(after).toEqual(before);
     expect(audit.filter((e) => e.outcome !== 'refused')).toEqual([]);
@@ -714,6 +718,39 @@ it(
   },
   120_000,
 );
+
+it('refuses a body field that is not UTF-8 on every route that takes a body with 400 INVALID_UTF8, over HTTP/1.1 and h2c, storing nothing', async () => {
+  const before = await snapshotDomain(t);
+  const routes = t.app.gateway.describe().filter((r) => r.bodyAll);
+  expect(routes.length).toBeGreaterThan(0);
+  const cases = fc.sample(
+    fc.tuple(fc.constantFrom(...routes), fc.constantFrom(...INVALID_UTF8), fc.constantFrom('h1', 'h2c'), fc.uuid()),
+    { numRuns: 60, seed: ROBUSTNESS_SEED },
+  );
+  const failures: string[] = [];
+  const session = http2.connect(t.url).on('error', () => undefined);
+  try {
+    for (const [route, bytes, over, id] of cases) {
+      const field = fieldsOf(route.template, route.verb).find((f) => f.kind === 'string' || f.kind === 'strings');
+      if (!field) continue;
+      const text = Buffer.from(JSON.stringify({ [field.json]: field.kind === 'strings' ? ['x@@y'] : 'x@@y' }));
+      const at = text.indexOf('@@');
+      const body = Buffer.concat([text.subarray(0, at), Buffer.from(bytes), text.subarray(at + 2)]);
+      const path = route.template.replace(/\{[a-z_]+\}/g, id);
+      const headers = { authorization: `Bearer ${keys.allScopes}`, 'content-type': 'application/json' };
+      const response =
+        over === 'h1'
+          ? await rawHttp1(t.url, http1Request(route.verb, path, Object.entries(headers), body))
+          : await rawH2(session, { ':method': route.verb, ':path': path, ...headers }, body).then((a) => ({ status: a.status, body: a.body }));
+      const answer = `${response.status} ${(JSON.parse(response.body.toString('utf8')) as { code?: string }).code ?? ''}`;
+      if (answer !== '400 INVALID_UTF8') failures.push(`${over} ${route.verb} ${route.template} ${field.json} [${bytes.map((b) => b.toString(16)).join(' ')}]: ${answer}`);
+    }
+  } finally {
+    session.close();
+  }
+  expect(failures).toEqual([]);
+  expect(await snapshotDomain(t)).toEqual(before);
+});
 
 it('answers forged page tokens on every list route with PAGE_TOKEN_INVALID or a page, never a server fault (REST and gRPC)', async () => {
   const grpc = createClient(ConnectionService, transport(t.url, 'grpc', keys.allScopes));

@@ -103,10 +103,10 @@ describe('request bodies', () => {
     expectError(await start("{'toolkit': 'instagram'}"), 400, 'MALFORMED_JSON');
   });
 
-  it('refuses a body that is not UTF-8 with 400 MALFORMED_JSON', async () => {
+  it('refuses a body that is not UTF-8 with 400 INVALID_UTF8', async () => {
     const invalidUtf8 = Buffer.concat([Buffer.from('{"toolkit": "'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('"}')]);
     const response = await start(invalidUtf8);
-    expectError(response, 400, 'MALFORMED_JSON');
+    expectError(response, 400, 'INVALID_UTF8');
     expect(response.body.message).toMatch(/UTF-8/);
   });
 
