@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest } from '../support/clients';
 import { makeTestTls, type TestTls } from '../support/tls';
+import { startHttpsReceiver } from '../support/https-receiver';
 
 const ROOT = path.resolve(__dirname, '../..');
 const README = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
@@ -282,6 +283,127 @@ describe('README receiver snippets verify a real delivery', () => {
       const otherSecret = await node(inputs(captured.body, `${secret}x`));
       expect(otherSecret.status).not.toBe(0);
       expect(otherSecret.stderr).toContain('SIGNATURE_MISMATCH');
+    });
+  });
+});
+
+describe('README "Signing schemes and rotation" receiver snippets verify real deliveries during an overlap', () => {
+  interface Delivered {
+    headers: IncomingHttpHeaders;
+    body: Buffer;
+  }
+  /** One delivery to each endpoint, made while its rotation's overlap runs; the old and new secrets. */
+  const legacy = { old: '', next: '', delivered: undefined as unknown as Delivered };
+  const standard = { old: '', next: '', delivered: undefined as unknown as Delivered };
+
+  beforeAll(async () => {
+    const endpoint = await startHttpsReceiver({ tls });
+    try {
+      const tenant = await t.tenant();
+      for (const [target, scheme] of [
+        [legacy, 'legacy'],
+        [standard, 'standard'],
+      ] as const) {
+        const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${endpoint.url}/${scheme}`, signatureScheme: scheme } });
+        expect(created.status).toBe(200);
+        const id = created.body.endpoint.id as string;
+        const rotated = await rest(t.url, 'POST', `/api/v1/webhooks/${id}/rotate-secret`, { apiKey: tenant.apiKey, body: { overlapSeconds: 3600 } });
+        expect(rotated.status).toBe(200);
+        target.old = created.body.signingSecret;
+        target.next = rotated.body.signingSecret;
+        expect((await rest(t.url, 'POST', `/api/v1/webhooks/${id}/test`, { apiKey: tenant.apiKey })).status).toBe(200);
+      }
+      const requests = await endpoint.waitForRequests(2, 10_000);
+      for (const [target, path] of [
+        [legacy, '/legacy'],
+        [standard, '/standard'],
+      ] as const) {
+        const request = requests.find((r) => r.path === path)!;
+        target.delivered = { headers: request.headers, body: Buffer.from(request.rawBody, 'utf8') };
+      }
+    } finally {
+      await endpoint.close();
+    }
+  });
+
+  function tampered(body: Buffer): Buffer {
+    const copy = Buffer.from(body);
+    copy[Math.floor(copy.length / 2)]! ^= 0x01;
+    return copy;
+  }
+
+  function inputs(delivered: Delivered, secret: string, body = delivered.body): Record<string, string> {
+    return { WHSEC: secret, HEADERS_B64: Buffer.from(JSON.stringify(delivered.headers)).toString('base64'), BODY_B64: body.toString('base64') };
+  }
+
+  const python = (name: string) => {
+    const [snippet] = fencedBlocks(README, 'python').filter((block) => block.includes(`def ${name}(`));
+    const call = [
+      'import base64 as _b64, json as _json, os as _os',
+      `${name}(_os.environ["WHSEC"], _json.loads(_b64.b64decode(_os.environ["HEADERS_B64"])), _b64.b64decode(_os.environ["BODY_B64"]))`,
+    ].join('\n');
+    return { snippet, run: (env: Record<string, string>) => run('python3', ['-c', `${snippet}\n${call}\n`], env) };
+  };
+
+  describe('legacy, Python', () => {
+    const today = python('verify');
+    const rotating = python('verify_rotating');
+
+    it('"Delivery format" as it is: the receiver that changed nothing keeps verifying with its old secret', async () => {
+      expect(await today.run(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
+    });
+
+    it('verify_rotating takes the old secret and the new one, and refuses a flipped byte or another secret', async () => {
+      expect(rotating.snippet).toBeDefined();
+      expect(await rotating.run(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await rotating.run(inputs(legacy.delivered, legacy.next))).toMatchObject({ status: 0, stderr: '' });
+      const flipped = await rotating.run(inputs(legacy.delivered, legacy.next, tampered(legacy.delivered.body)));
+      expect(flipped.stderr).toContain('signature mismatch');
+      const other = await rotating.run(inputs(legacy.delivered, `${legacy.next}x`));
+      expect(other.stderr).toContain('signature mismatch');
+    });
+  });
+
+  describe('legacy, Node', () => {
+    const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes('verifyWebhook('));
+    const setup = [
+      "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
+      "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
+    ].join('\n');
+    const node = (env: Record<string, string>) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env);
+
+    it('verifyWebhook takes the old secret and the new one', async () => {
+      expect(await node(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await node(inputs(legacy.delivered, legacy.next))).toMatchObject({ status: 0, stderr: '' });
+      expect((await node(inputs(legacy.delivered, `${legacy.next}x`))).stderr).toContain('SIGNATURE_MISMATCH');
+    });
+  });
+
+  describe('standard', () => {
+    const verifyStandard = python('verify_standard');
+    const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes('new Webhook('));
+    const setup = [
+      "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
+      "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
+    ].join('\n');
+    const node = (env: Record<string, string>) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env);
+
+    it('are in the README', () => {
+      expect(verifyStandard.snippet).toBeDefined();
+      expect(snippet).toBeDefined();
+    });
+
+    it('Python verify_standard takes either secret and refuses a flipped byte or another secret', async () => {
+      expect(await verifyStandard.run(inputs(standard.delivered, standard.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await verifyStandard.run(inputs(standard.delivered, standard.next))).toMatchObject({ status: 0, stderr: '' });
+      expect((await verifyStandard.run(inputs(standard.delivered, standard.next, tampered(standard.delivered.body)))).stderr).toContain('signature mismatch');
+      expect((await verifyStandard.run(inputs(standard.delivered, `whsec_${Buffer.alloc(32, 7).toString('base64')}`))).stderr).toContain('signature mismatch');
+    });
+
+    it('Node with standardwebhooks takes either secret and refuses a flipped byte', async () => {
+      expect(await node(inputs(standard.delivered, standard.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await node(inputs(standard.delivered, standard.next))).toMatchObject({ status: 0, stderr: '' });
+      expect((await node(inputs(standard.delivered, standard.next, tampered(standard.delivered.body)))).stderr).toContain('No matching signature found');
     });
   });
 });
