@@ -43,7 +43,7 @@ import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
 import type { SecretBox } from '../secrets';
 import { overlapRunning } from '../signatures';
-import { newSecretFor, overlapSecondsOf, rotateSigningSecret, signatureSchemeOf } from './signing-secrets';
+import { DEFAULT_OVERLAP_SECONDS, newSecretFor, overlapSecondsOf, rotateSigningSecret, signatureSchemeOf } from './signing-secrets';
 
 export interface WebhookServiceDeps {
   secrets: SecretBox;
@@ -142,9 +142,8 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
   async rotateWebhookSecret(req: RotateWebhookSecretRequest, ctx: HandlerContext): Promise<RotateWebhookSecretResponse> {
     const principal = requireCustomer(ctx);
     const em = entityManagerOf(ctx);
-    noteAuditTarget(ctx, req.id);
+    noteAuditTarget(ctx, req.id, { overlapSeconds: req.overlapSeconds ?? DEFAULT_OVERLAP_SECONDS });
     const overlapSeconds = overlapSecondsOf(req.overlapSeconds);
-    noteAuditTarget(ctx, req.id, { overlapSeconds });
     const now = this.deps.now();
     const { endpoint, signingSecret } = await auditedTransaction(ctx, em, async (tx) => {
       const found = await this.changeableEndpoint(tx, principal.organizationId, req.id);

@@ -161,6 +161,41 @@ describe('README "Operator CLI"', () => {
   });
 });
 
+/** A receiver snippet of the README, run on a delivery's headers and body and a secret (WHSEC, HEADERS_B64, BODY_B64). */
+interface Snippet {
+  snippet: string | undefined;
+  run(env: Record<string, string>): Promise<Run>;
+}
+
+/** The Python block defining `name`, called as a receiver would. */
+function pythonSnippet(name: string): Snippet {
+  const [snippet] = fencedBlocks(README, 'python').filter((block) => block.includes(`def ${name}(`));
+  const call = [
+    'import base64 as _b64, json as _json, os as _os',
+    `${name}(_os.environ["WHSEC"], _json.loads(_b64.b64decode(_os.environ["HEADERS_B64"])), _b64.b64decode(_os.environ["BODY_B64"]))`,
+  ].join('\n');
+  return { snippet, run: (env) => run('python3', ['-c', `${snippet}\n${call}\n`], env) };
+}
+
+/**
+ * The TypeScript block containing `marker`. `req` and `rawBody` are what the receiver's
+ * framework hands over; the snippet runs from the repository root as written, import path included.
+ */
+function nodeSnippet(marker: string): Snippet {
+  const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes(marker));
+  const setup = [
+    "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
+    "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
+  ].join('\n');
+  return { snippet, run: (env) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env) };
+}
+
+function tampered(body: Buffer): Buffer {
+  const copy = Buffer.from(body);
+  copy[Math.floor(copy.length / 2)]! ^= 0x01;
+  return copy;
+}
+
 interface Captured {
   headers: IncomingHttpHeaders;
   body: Buffer;
@@ -216,12 +251,6 @@ describe('README receiver snippets verify a real delivery', () => {
     expect(JSON.parse(captured.body.toString('utf8'))).toMatchObject({ type: 'webhook.test' });
   });
 
-  function tampered(body: Buffer): Buffer {
-    const copy = Buffer.from(body);
-    copy[Math.floor(copy.length / 2)]! ^= 0x01;
-    return copy;
-  }
-
   function inputs(body: Buffer, secretUsed = secret): Record<string, string> {
     return {
       WHSEC: secretUsed,
@@ -231,12 +260,7 @@ describe('README receiver snippets verify a real delivery', () => {
   }
 
   describe('Python', () => {
-    const [snippet] = fencedBlocks(README, 'python').filter((block) => block.includes('def verify('));
-    const call = [
-      'import base64 as _b64, json as _json, os as _os',
-      'verify(_os.environ["WHSEC"], _json.loads(_b64.b64decode(_os.environ["HEADERS_B64"])), _b64.b64decode(_os.environ["BODY_B64"]))',
-    ].join('\n');
-    const python = (env: Record<string, string>) => run('python3', ['-c', `${snippet}\n${call}\n`], env);
+    const { snippet, run: python } = pythonSnippet('verify');
 
     it('is in the README', () => {
       expect(snippet).toBeDefined();
@@ -258,14 +282,7 @@ describe('README receiver snippets verify a real delivery', () => {
   });
 
   describe('Node', () => {
-    const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes('verifyWebhook('));
-    // `req` and `rawBody` are what the receiver's framework hands over; the snippet runs
-    // from the repository root as written, import path included.
-    const setup = [
-      "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
-      "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
-    ].join('\n');
-    const node = (env: Record<string, string>) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env);
+    const { snippet, run: node } = nodeSnippet('verifyWebhook(');
 
     it('is in the README', () => {
       expect(snippet).toBeDefined();
@@ -326,28 +343,13 @@ describe('README "Signing schemes and rotation" receiver snippets verify real de
     }
   });
 
-  function tampered(body: Buffer): Buffer {
-    const copy = Buffer.from(body);
-    copy[Math.floor(copy.length / 2)]! ^= 0x01;
-    return copy;
-  }
-
   function inputs(delivered: Delivered, secret: string, body = delivered.body): Record<string, string> {
     return { WHSEC: secret, HEADERS_B64: Buffer.from(JSON.stringify(delivered.headers)).toString('base64'), BODY_B64: body.toString('base64') };
   }
 
-  const python = (name: string) => {
-    const [snippet] = fencedBlocks(README, 'python').filter((block) => block.includes(`def ${name}(`));
-    const call = [
-      'import base64 as _b64, json as _json, os as _os',
-      `${name}(_os.environ["WHSEC"], _json.loads(_b64.b64decode(_os.environ["HEADERS_B64"])), _b64.b64decode(_os.environ["BODY_B64"]))`,
-    ].join('\n');
-    return { snippet, run: (env: Record<string, string>) => run('python3', ['-c', `${snippet}\n${call}\n`], env) };
-  };
-
   describe('legacy, Python', () => {
-    const today = python('verify');
-    const rotating = python('verify_rotating');
+    const today = pythonSnippet('verify');
+    const rotating = pythonSnippet('verify_rotating');
 
     it('"Delivery format" as it is: the receiver that changed nothing keeps verifying with its old secret', async () => {
       expect(await today.run(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
@@ -365,12 +367,7 @@ describe('README "Signing schemes and rotation" receiver snippets verify real de
   });
 
   describe('legacy, Node', () => {
-    const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes('verifyWebhook('));
-    const setup = [
-      "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
-      "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
-    ].join('\n');
-    const node = (env: Record<string, string>) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env);
+    const { run: node } = nodeSnippet('verifyWebhook(');
 
     it('verifyWebhook takes the old secret and the new one', async () => {
       expect(await node(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
@@ -380,13 +377,8 @@ describe('README "Signing schemes and rotation" receiver snippets verify real de
   });
 
   describe('standard', () => {
-    const verifyStandard = python('verify_standard');
-    const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes('new Webhook('));
-    const setup = [
-      "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
-      "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
-    ].join('\n');
-    const node = (env: Record<string, string>) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env);
+    const verifyStandard = pythonSnippet('verify_standard');
+    const { snippet, run: node } = nodeSnippet('new Webhook(');
 
     it('are in the README', () => {
       expect(verifyStandard.snippet).toBeDefined();

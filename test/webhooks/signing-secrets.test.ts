@@ -4,11 +4,11 @@
  * is in test/delivery/signing-schemes.test.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { Code, ConnectError } from '@connectrpc/connect';
+import { Code } from '@connectrpc/connect';
 import { Webhook } from 'standardwebhooks';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
-import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
+import { failureOf } from '../support/clients';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 const good = 'https://127.0.0.1:9/hook';
@@ -23,16 +23,6 @@ afterAll(async () => t?.close());
 beforeEach(() => {
   offsetMs = 0;
 });
-
-async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined }> {
-  try {
-    await call;
-  } catch (error) {
-    const e = ConnectError.from(error);
-    return { code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
-  }
-  throw new Error('expected the call to fail');
-}
 
 interface StoredEndpoint {
   url: string;
