@@ -8,20 +8,12 @@
  */
 import { createHmac } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
-import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import type { Tenant } from '../support/app';
+import { ENGINES, startEngineApp, type EngineApp } from '../support/engines';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver, type ReceivedRequest } from '../support/https-receiver';
 import { within } from '../support/within';
 import { verifyWebhook, WebhookVerificationError } from '../../src/signatures';
-
-/** Engines these deliveries run on. */
-const ENGINES = ['embedded'] as const;
-type Engine = (typeof ENGINES)[number];
-
-async function startApp(engine: Engine, env: Record<string, string>): Promise<TestApp> {
-  expect(engine).toBe('embedded');
-  return startTestApp(env);
-}
 
 /** Long enough for one delivery per endpoint to be signed inside it on a busy machine. */
 const OVERLAP_SECONDS = 8;
@@ -62,7 +54,7 @@ function verifiesStandard(secret: string, request: ReceivedRequest): boolean {
 }
 
 describe.each(ENGINES)('signature schemes on the %s engine', (engine) => {
-  let t: TestApp;
+  let t: EngineApp;
   let receiver: HttpsReceiver;
   let tenant: Tenant;
 
@@ -80,7 +72,7 @@ describe.each(ENGINES)('signature schemes on the %s engine', (engine) => {
         return { status: 200 };
       },
     });
-    t = await startApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '50', DELIVERY_TEST_RETRY_INTERVAL_MS: '300' });
+    t = await startEngineApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '50', DELIVERY_TEST_RETRY_INTERVAL_MS: '300' });
     tenant = await t.tenant();
   });
   afterAll(async () => {
@@ -230,5 +222,5 @@ describe.each(ENGINES)('signature schemes on the %s engine', (engine) => {
 
     expect(signatureHeaders(switchedAfter)).toEqual(STANDARD_HEADERS);
     expect(verifiesStandard(next.switched, switchedAfter)).toBe(true);
-  });
+  }, 60_000);
 });
