@@ -4,9 +4,11 @@
  * is in test/delivery/signing-schemes.test.ts.
  */
 import { randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
 import { Code } from '@connectrpc/connect';
 import { Webhook } from 'standardwebhooks';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { createLogger } from '../../src/config/logger';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { failureOf } from '../support/clients';
 
@@ -323,4 +325,31 @@ describe('UpdateWebhook', () => {
     expect({ status: again.status, code: again.body.code }).toEqual({ status: 409, code: 'SECRET_ROTATION_IN_PROGRESS' });
     expect(await stored(id)).toEqual(row);
   });
+});
+
+it('never writes a secret to the logs, even at debug level', async () => {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(chunk.toString('utf8'));
+      done();
+    },
+  });
+  const logged = await startTestApp({}, { listen: false, logger: createLogger('debug', sink) });
+  try {
+    const tenant = await logged.tenant();
+    const made = await logged.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: good, signatureScheme: 'both' } });
+    const id = made.body.endpoint.id as string;
+    const rotated = await logged.rest('POST', `/api/v1/webhooks/${id}/rotate-secret`, { apiKey: tenant.apiKey, body: { overlapSeconds: 0 } });
+    const switched = await logged.rest('PATCH', `/api/v1/webhooks/${id}`, { apiKey: tenant.apiKey, body: { signatureScheme: 'legacy' } });
+    const refused = await logged.rest('POST', `/api/v1/webhooks/${id}/rotate-secret`, { apiKey: tenant.apiKey, body: {} });
+    expect([made.status, rotated.status, switched.status, refused.status]).toEqual([200, 200, 200, 409]);
+    const secrets = [made.body.signingSecret, rotated.body.signingSecret, switched.body.signingSecret] as string[];
+    expect(secrets.every((s) => s.startsWith('whsec_'))).toBe(true);
+    expect(lines.length).toBeGreaterThan(0);
+    const log = lines.join('');
+    for (const secret of secrets) expect(log).not.toContain(secret.slice('whsec_'.length));
+  } finally {
+    await logged.close();
+  }
 });
