@@ -131,6 +131,10 @@ export const PostSchema = defineEntity({
 });
 export type Post = InferEntity<typeof PostSchema>;
 
+/** How an endpoint's deliveries are signed (README "Signing schemes and rotation"). */
+export const SIGNATURE_SCHEMES = ['legacy', 'standard', 'both'] as const;
+export type SignatureScheme = (typeof SIGNATURE_SCHEMES)[number];
+
 export const WebhookEndpointSchema = defineEntity({
   name: 'WebhookEndpoint',
   tableName: 'webhook_endpoints',
@@ -144,6 +148,13 @@ export const WebhookEndpointSchema = defineEntity({
     secretKeyId: p.text(),
     /** AES-256-GCM: nonce, ciphertext and tag of the whsec_ secret. */
     secretCiphertext: p.blob(),
+    signatureScheme: p.enum(SIGNATURE_SCHEMES).default('legacy'),
+    /** The secret before the last rotation, sealed like the current one; it signs until rotationEndsAt. */
+    previousSecretKeyId: p.text().nullable(),
+    previousSecretCiphertext: p.blob().nullable(),
+    previousSignatureScheme: p.enum(SIGNATURE_SCHEMES).nullable(),
+    rotationStartedAt: p.datetime().nullable(),
+    rotationEndsAt: p.datetime().nullable(),
     disabledAt: p.datetime().nullable(),
     ...timestamps,
   },

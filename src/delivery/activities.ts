@@ -7,7 +7,7 @@ import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient } from '../outbound';
-import { signedHeaders } from '../signatures';
+import { deliveryHeaders, overlapRunning, type DeliverySigning } from '../signatures';
 import { DeliveryRecords, type AttemptKey, type AttemptResultRecord, type AttemptStart, type RecordedOutcome } from './records';
 import { GroupCommit } from './group-commit';
 
@@ -131,12 +131,13 @@ export class DeliveryAttempts {
           break;
       }
 
-      const secret = this.deps.secrets.open({ keyId: start.secretKeyId, ciphertext: start.secretCiphertext }, start.endpointId);
+      const signedAt = now();
+      const headers = deliveryHeaders(this.signingOf(start, signedAt), ref.deliveryId, start.payload, signedAt);
       let refusedBeforeSend = false;
       let status: number | null = null;
       let error: string | null = null;
       try {
-        const response = await this.deps.outbound.post(start.url, signedHeaders(secret, start.payload, now()), start.payload, {
+        const response = await this.deps.outbound.post(start.url, headers, start.payload, {
           signal: liveness.signal,
           beforeSend: async () => {
             const marked = await this.dispatches.submit({ ref, attempt: start.attempt, startedAt: start.startedAt });
@@ -173,6 +174,19 @@ export class DeliveryAttempts {
       if (liveness.signal.aborted) throw new CancelledFailure('The attempt was cancelled after its request was sent.');
       return { kind: 'failed', sent: recorded.sent, exhausted: recorded.exhausted, error: error ?? 'failed' };
     }
+  }
+
+  /**
+   * The secrets that sign an attempt made at `at`: the previous one only while its overlap
+   * runs, decided by the time of signing, so an overlap ends with nothing to run.
+   */
+  private signingOf(start: Extract<AttemptStart, { kind: 'send' }>, at: number): DeliverySigning {
+    const { secrets } = this.deps;
+    const previous = start.previousSecret && overlapRunning(start.previousSecret.endsAtMs, at) ? start.previousSecret : null;
+    return {
+      current: { secret: secrets.open({ keyId: start.secretKeyId, ciphertext: start.secretCiphertext }, start.endpointId), scheme: start.signatureScheme },
+      previous: previous && { secret: secrets.open(previous, start.endpointId), scheme: previous.scheme },
+    };
   }
 
   /**

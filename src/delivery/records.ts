@@ -1,7 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type Expression, type Kysely, type RawBuilder } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
-import { epochMs, type EntityManager, type DeadLetterSchema, type DeliveryAttemptSchema, type DeliveryStatus, type KillSwitchSchema, type WebhookDeliverySchema, type WebhookEndpointSchema } from '../db';
+import {
+  epochMs,
+  type EntityManager,
+  type DeadLetterSchema,
+  type DeliveryAttemptSchema,
+  type DeliveryStatus,
+  type KillSwitchSchema,
+  type SignatureScheme,
+  type WebhookDeliverySchema,
+  type WebhookEndpointSchema,
+} from '../db';
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryRef } from './contract';
 import { CompiledStatement } from './compiled-statement';
@@ -105,6 +115,9 @@ export type AttemptStart =
       endpointId: string;
       secretKeyId: string;
       secretCiphertext: Buffer;
+      signatureScheme: SignatureScheme;
+      /** The secret before the endpoint's last rotation; it signs only while the overlap runs. */
+      previousSecret: PreviousSecret | null;
     }
   | { kind: 'delivered'; attempt: number; status: number }
   | { kind: 'gone'; reason: string }
@@ -112,6 +125,41 @@ export type AttemptStart =
   | { kind: 'exhausted'; sent: number }
   /** An attempt of a worker that died after sending was closed as failed; the next one is due then. */
   | { kind: 'wait'; until: Date; sent: number };
+
+/** A rotated-out secret, sealed, and when its overlap ends. */
+export interface PreviousSecret {
+  keyId: string;
+  ciphertext: Buffer;
+  scheme: SignatureScheme;
+  endsAtMs: number;
+}
+
+/** The endpoint columns that sign an attempt, besides the current secret's. */
+const SIGNING_COLUMNS = [
+  'e.signature_scheme',
+  'e.previous_secret_key_id',
+  'e.previous_secret_ciphertext',
+  'e.previous_signature_scheme',
+  epochMs<number | null>('e.rotation_ends_at').as('rotation_ends_at_ms'),
+] as const;
+
+interface SigningRow {
+  signature_scheme: SignatureScheme | null;
+  previous_secret_key_id: string | null;
+  previous_secret_ciphertext: Uint8Array | null;
+  previous_signature_scheme: SignatureScheme | null;
+  rotation_ends_at_ms: number | null;
+}
+
+function signingOf(row: SigningRow): { signatureScheme: SignatureScheme; previousSecret: PreviousSecret | null } {
+  return {
+    signatureScheme: row.signature_scheme ?? 'legacy',
+    previousSecret:
+      row.previous_secret_key_id && row.previous_secret_ciphertext && row.previous_signature_scheme && row.rotation_ends_at_ms !== null
+        ? { keyId: row.previous_secret_key_id, ciphertext: Buffer.from(row.previous_secret_ciphertext), scheme: row.previous_signature_scheme, endsAtMs: row.rotation_ends_at_ms }
+        : null,
+  };
+}
 
 /** What beginAttempt's statement decided, before the rows it wrote. */
 type AttemptDecision =
@@ -126,7 +174,7 @@ type AttemptDecision =
   | 'send';
 
 /** What the statement behind beginAttempt and claimDue returns of each delivery it locked. */
-interface BegunRow {
+interface BegunRow extends SigningRow {
   decision: AttemptDecision;
   attempt_count: number;
   last_response_status: number | null;
@@ -394,6 +442,7 @@ export class DeliveryRecords {
           'e.disabled_at',
           'e.secret_key_id',
           'e.secret_ciphertext',
+          ...SIGNING_COLUMNS,
         ])
         .select((eb) => stoppedBy(eb.ref('d.organization_id')).as('stopped'))
         .where('d.id', '=', ref.deliveryId)
@@ -475,6 +524,7 @@ export class DeliveryRecords {
         endpointId: row.endpoint_id,
         secretKeyId: row.secret_key_id!,
         secretCiphertext: Buffer.from(row.secret_ciphertext!),
+        ...signingOf(row),
       };
     });
   }
@@ -777,6 +827,7 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
           'e.url',
           'e.secret_key_id',
           'e.secret_ciphertext',
+          ...SIGNING_COLUMNS,
         ])
         .select((eb) =>
           sql<AttemptDecision>`case
@@ -889,6 +940,7 @@ function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
         endpointId: row.endpoint_id!,
         secretKeyId: row.secret_key_id!,
         secretCiphertext: Buffer.from(row.secret_ciphertext!),
+        ...signingOf(row),
       };
   }
 }

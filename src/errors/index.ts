@@ -84,6 +84,11 @@ export const ERRORS = {
   DELIVERY_QUOTA_EXCEEDED: [Code.ResourceExhausted, 429],
   PAGE_TOKEN_INVALID: [Code.InvalidArgument, 400],
 
+  // Signature schemes and secret rotation
+  SIGNATURE_SCHEME_INVALID: [Code.InvalidArgument, 400],
+  ROTATION_OVERLAP_INVALID: [Code.InvalidArgument, 400],
+  SECRET_ROTATION_IN_PROGRESS: [Code.FailedPrecondition, 409],
+
   // Operator service
   ORGANIZATION_NOT_FOUND: [Code.NotFound, 404],
   NOT_ENTERPRISE: [Code.FailedPrecondition, 409],

@@ -51,7 +51,12 @@ export class SecretBox {
   }
 }
 
-/** A new signing secret: 32 random bytes, prefixed so it is recognisable in leaks. */
-export function newSigningSecret(): string {
-  return `whsec_${randomBytes(32).toString('base64url')}`;
+/**
+ * A new signing secret: 32 random bytes, prefixed so it is recognisable in leaks. `legacy`
+ * keeps the seed's form (base64url), which legacy receivers key with as a whole string;
+ * `standard` is the Standard Webhooks form (base64, padded), whose decoded bytes are the
+ * key, and which legacy receivers can still use as a whole string.
+ */
+export function newSigningSecret(form: 'legacy' | 'standard' = 'legacy'): string {
+  return `whsec_${randomBytes(32).toString(form === 'legacy' ? 'base64url' : 'base64')}`;
 }

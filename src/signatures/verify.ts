@@ -2,6 +2,8 @@
  * What a customer's receiver runs on every webhook (seed-spec section 6): recompute
  * the signature over the exact body bytes, compare in constant time, and refuse
  * timestamps outside the tolerance so a captured delivery cannot be replayed later.
+ * During a rotation's overlap x-service-signature-next carries the new secret's
+ * signature, so a receiver may switch to the new secret before the overlap ends.
  *
  *   verifyWebhook(process.env.WEBHOOK_SECRET!, req.headers, rawBodyBuffer);
  *
@@ -9,7 +11,7 @@
  * rarely has the same bytes.
  */
 import { timingSafeEqual } from 'node:crypto';
-import { SIGNATURE_HEADER, TIMESTAMP_HEADER, signatureFor } from './signing';
+import { NEXT_SIGNATURE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, signatureFor } from './signing';
 
 export type WebhookVerificationCode =
   | 'MISSING_SIGNATURE'
@@ -62,9 +64,14 @@ export function verifyWebhook(
   }
 
   const expected = Buffer.from(signatureFor(secret, timestamp, rawBody), 'utf8');
-  const received = Buffer.from(signature.trim().toLowerCase(), 'utf8');
-  // timingSafeEqual throws on unequal lengths; the length of a hex digest is no secret.
-  if (received.length !== expected.length || !timingSafeEqual(received, expected)) {
+  const candidates = [signature, header(headers, NEXT_SIGNATURE_HEADER)].filter((s): s is string => s !== undefined);
+  // Every candidate is compared, so the time taken does not tell which one matched.
+  const matches = candidates.map((candidate) => {
+    const received = Buffer.from(candidate.trim().toLowerCase(), 'utf8');
+    // timingSafeEqual throws on unequal lengths; the length of a hex digest is no secret.
+    return received.length === expected.length && timingSafeEqual(received, expected);
+  });
+  if (!matches.includes(true)) {
     throw new WebhookVerificationError('SIGNATURE_MISMATCH', 'The signature does not match the body and timestamp.');
   }
   return { timestamp };

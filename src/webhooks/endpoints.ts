@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
-import { epochMs, type Cursor, type EntityManager, type WebhookEndpointSchema } from '../db';
+import { epochMs, type Cursor, type EntityManager, type SignatureScheme, type WebhookEndpointSchema } from '../db';
 
 type Tables = InferKyselyDB<typeof WebhookEndpointSchema>;
 const db = (em: EntityManager): Kysely<Tables> => em.getKysely<Tables>();
@@ -11,6 +11,11 @@ export interface ListedEndpoint {
   url: string;
   description: string;
   eventNames: string[];
+  signatureScheme: SignatureScheme;
+  /** The scheme, start and end of the last rotation's overlap, whether it still runs or not. */
+  previousSignatureScheme: SignatureScheme | null;
+  rotationStartedAtMs: number | null;
+  rotationEndsAtMs: number | null;
   disabledAtMs: number | null;
   createdAtMs: number;
 }
@@ -23,7 +28,18 @@ export interface ListedEndpoint {
 export async function endpointsPage(em: EntityManager, organizationId: string, cursor: Cursor | null, limit: number): Promise<ListedEndpoint[]> {
   let query = db(em)
     .selectFrom('webhook_endpoints')
-    .select(['id', 'url', 'description', 'event_names as eventNames', epochMs<number | null>('disabled_at').as('disabledAtMs'), epochMs('created_at').as('createdAtMs')])
+    .select([
+      'id',
+      'url',
+      'description',
+      'event_names as eventNames',
+      'signature_scheme as signatureScheme',
+      'previous_signature_scheme as previousSignatureScheme',
+      epochMs<number | null>('rotation_started_at').as('rotationStartedAtMs'),
+      epochMs<number | null>('rotation_ends_at').as('rotationEndsAtMs'),
+      epochMs<number | null>('disabled_at').as('disabledAtMs'),
+      epochMs('created_at').as('createdAtMs'),
+    ])
     .where('organization_id', '=', organizationId);
   if (cursor) {
     const at = new Date(cursor.at);

@@ -9,16 +9,23 @@ import type {
   DeleteWebhookRequest,
   ListWebhooksRequest,
   ListWebhooksResponse,
+  RotateWebhookSecretRequest,
+  RotateWebhookSecretResponse,
+  SecretRotation,
   TestWebhookRequest,
+  UpdateWebhookRequest,
+  UpdateWebhookResponse,
   WebhookDelivery as DeliveryMessage,
   WebhookEndpoint as EndpointMessage,
   WebhookService,
 } from '../gen/publishing/v1/webhook_service_pb';
 import { requireCustomer } from '../auth';
+import { auditedTransaction, noteAuditTarget } from '../audit';
 import type { Logger } from '../config';
 import {
   OrganizationSchema,
   WebhookEndpointSchema,
+  LockMode,
   decodeCursor,
   entityManagerOf,
   isUuid,
@@ -34,7 +41,9 @@ import { endpointsPage, type ListedEndpoint } from './endpoints';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
-import { type SecretBox, newSigningSecret } from '../secrets';
+import type { SecretBox } from '../secrets';
+import { overlapRunning } from '../signatures';
+import { DEFAULT_OVERLAP_SECONDS, newSecretFor, overlapSecondsOf, rotateSigningSecret, signatureSchemeOf } from './signing-secrets';
 
 export interface WebhookServiceDeps {
   secrets: SecretBox;
@@ -63,7 +72,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
     const recent = await this.deps.deliveries.listRecent(em, page.map((e) => e.id));
     return {
       $typeName: 'publishing.v1.ListWebhooksResponse',
-      endpoints: page.map((e) => listedEndpointMessage(e, recent.get(e.id) ?? [])),
+      endpoints: page.map((e) => listedEndpointMessage(e, recent.get(e.id) ?? [], this.deps.now())),
       nextPageToken,
     };
   }
@@ -71,32 +80,77 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
   async createWebhook(req: CreateWebhookRequest, ctx: HandlerContext) {
     const principal = requireCustomer(ctx);
     const em = entityManagerOf(ctx);
-    const url = validateEndpointUrl(req.url, { allowCidrs: this.deps.allowCidrs });
-    if (!url.ok) throw apiError(url.code as Parameters<typeof apiError>[0], url.message);
-    const description = req.description.trim();
-    if ([...description].length > MAX_DESCRIPTION_LENGTH) {
-      throw apiError('WEBHOOK_DESCRIPTION_TOO_LONG', `The description must be at most ${MAX_DESCRIPTION_LENGTH} characters.`);
-    }
+    const url = this.validUrl(req.url);
+    const description = validDescription(req.description);
     const eventNames = normalizeEventNames(req.eventNames);
+    const signatureScheme = req.signatureScheme.trim() === '' ? 'legacy' : signatureSchemeOf(req.signatureScheme);
     const id = randomUUID();
-    const signingSecret = newSigningSecret();
+    const signingSecret = newSecretFor(signatureScheme);
     const sealed = this.deps.secrets.seal(signingSecret, id);
     const now = new Date(this.deps.now());
     await insertEndpoint(em, {
       id,
       organizationId: principal.organizationId,
-      url: url.url,
+      url,
       description,
       eventNames,
       secretKeyId: sealed.keyId,
       secretCiphertext: sealed.ciphertext,
+      signatureScheme,
       createdAt: now,
     });
     return {
       $typeName: 'publishing.v1.CreateWebhookResponse',
-      endpoint: endpointMessage({ id, url: url.url, description, eventNames, disabledAt: null, createdAt: now }, []),
+      endpoint: endpointMessage({ id, url, description, eventNames, signatureScheme, disabledAt: null, createdAt: now }, [], now.getTime()),
       signingSecret,
     } satisfies CreateWebhookResponse;
+  }
+
+  async updateWebhook(req: UpdateWebhookRequest, ctx: HandlerContext): Promise<UpdateWebhookResponse> {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    noteAuditTarget(ctx, req.id, {
+      changed: [
+        ...(req.url !== undefined ? ['url'] : []),
+        ...(req.description !== undefined ? ['description'] : []),
+        ...(req.eventNames.length > 0 ? ['eventNames'] : []),
+        ...(req.signatureScheme !== undefined ? ['signatureScheme'] : []),
+      ],
+    });
+    // Everything the request says is checked before anything is looked up or changed.
+    const url = req.url === undefined ? undefined : this.validUrl(req.url);
+    const description = req.description === undefined ? undefined : validDescription(req.description);
+    const eventNames = req.eventNames.length === 0 ? undefined : normalizeEventNames(req.eventNames);
+    const scheme = req.signatureScheme === undefined ? undefined : signatureSchemeOf(req.signatureScheme);
+    const overlapSeconds = overlapSecondsOf(req.overlapSeconds);
+    const now = this.deps.now();
+    const { endpoint, signingSecret } = await auditedTransaction(ctx, em, async (tx) => {
+      const found = await this.changeableEndpoint(tx, principal.organizationId, req.id);
+      if (url !== undefined) found.url = url;
+      if (description !== undefined) found.description = description;
+      if (eventNames !== undefined) found.eventNames = eventNames;
+      let secret = '';
+      if (scheme !== undefined && scheme !== found.signatureScheme) {
+        noteAuditTarget(ctx, found.id, { signatureScheme: scheme, previousSignatureScheme: found.signatureScheme, overlapSeconds });
+        secret = rotateSigningSecret(found, { scheme, overlapSeconds, now }, this.deps.secrets);
+      }
+      return { endpoint: found, signingSecret: secret };
+    });
+    return { $typeName: 'publishing.v1.UpdateWebhookResponse', endpoint: endpointMessage(endpoint, [], now), signingSecret };
+  }
+
+  async rotateWebhookSecret(req: RotateWebhookSecretRequest, ctx: HandlerContext): Promise<RotateWebhookSecretResponse> {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    noteAuditTarget(ctx, req.id, { overlapSeconds: req.overlapSeconds ?? DEFAULT_OVERLAP_SECONDS });
+    const overlapSeconds = overlapSecondsOf(req.overlapSeconds);
+    const now = this.deps.now();
+    const { endpoint, signingSecret } = await auditedTransaction(ctx, em, async (tx) => {
+      const found = await this.changeableEndpoint(tx, principal.organizationId, req.id);
+      const secret = rotateSigningSecret(found, { scheme: found.signatureScheme, overlapSeconds, now }, this.deps.secrets);
+      return { endpoint: found, signingSecret: secret };
+    });
+    return { $typeName: 'publishing.v1.RotateWebhookSecretResponse', endpoint: endpointMessage(endpoint, [], now), signingSecret };
   }
 
   async testWebhook(req: TestWebhookRequest, ctx: HandlerContext) {
@@ -142,14 +196,35 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
       endpoint.disabledAt = new Date(this.deps.now());
       await em.flush();
     }
-    return { $typeName: 'publishing.v1.DeleteWebhookResponse', endpoint: endpointMessage(endpoint, []) } satisfies DeleteWebhookResponse;
+    return { $typeName: 'publishing.v1.DeleteWebhookResponse', endpoint: endpointMessage(endpoint, [], this.deps.now()) } satisfies DeleteWebhookResponse;
   }
 
-  private async endpoint(em: EntityManager, organizationId: string, id: string): Promise<WebhookEndpoint> {
-    const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }) : null;
+  private async endpoint(em: EntityManager, organizationId: string, id: string, lockMode?: LockMode): Promise<WebhookEndpoint> {
+    const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }, lockMode ? { lockMode } : {}) : null;
     if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
     return endpoint;
   }
+
+  /** An active endpoint, locked until the transaction ends: two changes of its secret never interleave. */
+  private async changeableEndpoint(tx: EntityManager, organizationId: string, id: string): Promise<WebhookEndpoint> {
+    const endpoint = await this.endpoint(tx, organizationId, id, LockMode.PESSIMISTIC_WRITE);
+    if (endpoint.disabledAt) throw apiError('WEBHOOK_DISABLED', 'This endpoint is disabled; nothing is sent to it.');
+    return endpoint;
+  }
+
+  private validUrl(raw: string): string {
+    const url = validateEndpointUrl(raw, { allowCidrs: this.deps.allowCidrs });
+    if (!url.ok) throw apiError(url.code as Parameters<typeof apiError>[0], url.message);
+    return url.url;
+  }
+}
+
+function validDescription(raw: string): string {
+  const description = raw.trim();
+  if ([...description].length > MAX_DESCRIPTION_LENGTH) {
+    throw apiError('WEBHOOK_DESCRIPTION_TOO_LONG', `The description must be at most ${MAX_DESCRIPTION_LENGTH} characters.`);
+  }
+  return description;
 }
 
 /**
@@ -158,13 +233,24 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
  */
 async function insertEndpoint(
   em: EntityManager,
-  row: Pick<WebhookEndpoint, 'id' | 'organizationId' | 'url' | 'description' | 'eventNames' | 'secretKeyId' | 'secretCiphertext' | 'createdAt'>,
+  row: Pick<WebhookEndpoint, 'id' | 'organizationId' | 'url' | 'description' | 'eventNames' | 'secretKeyId' | 'secretCiphertext' | 'signatureScheme' | 'createdAt'>,
 ): Promise<void> {
   await em.execute(
     `insert into webhook_endpoints
-       (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
-     values (?, ?, ?, ?, ?::text[], ?, ?, ?, ?)`,
-    [row.id, row.organizationId, row.url, row.description, em.getPlatform().marshallArray(row.eventNames), row.secretKeyId, row.secretCiphertext, row.createdAt, row.createdAt],
+       (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, signature_scheme, created_at, updated_at)
+     values (?, ?, ?, ?, ?::text[], ?, ?, ?, ?, ?)`,
+    [
+      row.id,
+      row.organizationId,
+      row.url,
+      row.description,
+      em.getPlatform().marshallArray(row.eventNames),
+      row.secretKeyId,
+      row.secretCiphertext,
+      row.signatureScheme,
+      row.createdAt,
+      row.createdAt,
+    ],
     'run',
   );
 }
@@ -174,14 +260,29 @@ async function insertEndpoint(
  * `create()` to fill in, and connect-es takes a message as it is instead of copying it.
  */
 
-function endpointMessage(e: Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'disabledAt' | 'createdAt'>, recent: ListedDelivery[]): EndpointMessage {
+type ShownEndpoint = Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'signatureScheme' | 'disabledAt' | 'createdAt'> &
+  Partial<Pick<WebhookEndpoint, 'previousSignatureScheme' | 'rotationStartedAt' | 'rotationEndsAt'>>;
+
+function endpointMessage(e: ShownEndpoint, recent: ListedDelivery[], now: number): EndpointMessage {
   return listedEndpointMessage(
-    { id: e.id, url: e.url, description: e.description, eventNames: e.eventNames, disabledAtMs: e.disabledAt ? e.disabledAt.getTime() : null, createdAtMs: e.createdAt.getTime() },
+    {
+      id: e.id,
+      url: e.url,
+      description: e.description,
+      eventNames: e.eventNames,
+      signatureScheme: e.signatureScheme,
+      previousSignatureScheme: e.previousSignatureScheme ?? null,
+      rotationStartedAtMs: e.rotationStartedAt ? e.rotationStartedAt.getTime() : null,
+      rotationEndsAtMs: e.rotationEndsAt ? e.rotationEndsAt.getTime() : null,
+      disabledAtMs: e.disabledAt ? e.disabledAt.getTime() : null,
+      createdAtMs: e.createdAt.getTime(),
+    },
     recent,
+    now,
   );
 }
 
-function listedEndpointMessage(e: ListedEndpoint, recent: ListedDelivery[]): EndpointMessage {
+function listedEndpointMessage(e: ListedEndpoint, recent: ListedDelivery[], now: number): EndpointMessage {
   return {
     $typeName: 'publishing.v1.WebhookEndpoint',
     id: e.id,
@@ -192,6 +293,19 @@ function listedEndpointMessage(e: ListedEndpoint, recent: ListedDelivery[]): End
     disabledAt: e.disabledAtMs === null ? undefined : timestampOf(e.disabledAtMs),
     createdAt: timestampOf(e.createdAtMs),
     recentDeliveries: recent.map(deliveryMessage),
+    signatureScheme: e.signatureScheme,
+    secretRotation: secretRotationMessage(e, now),
+  };
+}
+
+/** The rotation whose overlap runs at `now`, as signing decides it; an ended one is not shown. */
+function secretRotationMessage(e: ListedEndpoint, now: number): SecretRotation | undefined {
+  if (!overlapRunning(e.rotationEndsAtMs, now) || e.rotationStartedAtMs === null || e.previousSignatureScheme === null) return undefined;
+  return {
+    $typeName: 'publishing.v1.SecretRotation',
+    startedAt: timestampOf(e.rotationStartedAtMs),
+    endsAt: timestampOf(e.rotationEndsAtMs!),
+    previousSignatureScheme: e.previousSignatureScheme,
   };
 }
 

@@ -38,9 +38,16 @@ describe('rotating the key that encrypts signing secrets', () => {
     const created = await Promise.all(
       [1, 2, 3].map(() => rest(before!.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/in` } })),
     );
+    // The second endpoint is in the overlap of a signing-secret rotation: its previous secret is sealed under k1 too.
+    const inOverlap = created[1]!.body;
+    const rotatedSecret = await rest(before.url, 'POST', `/api/v1/webhooks/${inOverlap.endpoint.id}/rotate-secret`, { apiKey: tenant.apiKey, body: { overlapSeconds: 3600 } });
+    expect(rotatedSecret.status).toBe(200);
     const databaseUrl = before.databaseUrl;
     const stored = await before.orm.em.fork().execute<{ secret_key_id: string }[]>('select secret_key_id from webhook_endpoints');
     expect(stored.map((r) => r.secret_key_id)).toEqual(['k1', 'k1', 'k1']);
+    const previousKeyOf = async (app: TestApp) =>
+      (await app.orm.em.fork().execute<{ k: string }[]>('select previous_secret_key_id as k from webhook_endpoints where id = ?', [inOverlap.endpoint.id]))[0]!.k;
+    expect(await previousKeyOf(before)).toBe('k1');
     // The database stays; only the app goes, so the next one can run with the rotated keys.
     await before.app.close();
     before.app.close = async () => undefined;
@@ -50,6 +57,7 @@ describe('rotating the key that encrypts signing secrets', () => {
     after = await startTestApp({ ...env, SECRET_ENCRYPTION_KEYS: NEW }, { databaseUrl });
     const rotated = await after.orm.em.fork().execute<{ secret_key_id: string }[]>('select secret_key_id from webhook_endpoints');
     expect(rotated.map((r) => r.secret_key_id)).toEqual(['k2', 'k2', 'k2']);
+    expect(await previousKeyOf(after)).toBe('k2');
 
     // Only the new key is configured now, and the old secret still signs the delivery.
     const first = created[0]!.body;
@@ -58,6 +66,14 @@ describe('rotating the key that encrypts signing secrets', () => {
     const [request] = await receiver.waitForRequests(1, 5000);
     const ts = request!.headers['x-service-timestamp'] as string;
     expect(request!.headers['x-service-signature']).toBe(createHmac('sha256', first.signingSecret).update(`${ts}.${request!.rawBody}`).digest('hex'));
+
+    // Both secrets of the endpoint in its overlap open under the new key and sign its delivery.
+    const overlapping = await rest(after.url, 'POST', `/api/v1/webhooks/${inOverlap.endpoint.id}/test`, { apiKey: tenant.apiKey });
+    expect(overlapping.status).toBe(200);
+    const [, second] = await receiver.waitForRequests(2, 5000);
+    const ts2 = second!.headers['x-service-timestamp'] as string;
+    expect(second!.headers['x-service-signature']).toBe(createHmac('sha256', inOverlap.signingSecret).update(`${ts2}.${second!.rawBody}`).digest('hex'));
+    expect(second!.headers['x-service-signature-next']).toBe(createHmac('sha256', rotatedSecret.body.signingSecret).update(`${ts2}.${second!.rawBody}`).digest('hex'));
 
     expect(await rotateSecrets({ DATABASE_URL: databaseUrl, SECRET_ENCRYPTION_KEYS: NEW })).toEqual({ currentKeyId: 'k2', rotated: 0 });
     await receiver.close();

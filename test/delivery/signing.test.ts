@@ -1,5 +1,14 @@
-import { createHmac } from 'node:crypto';
-import { signatureFor, signedHeaders, verifyWebhook, WebhookVerificationError, type WebhookVerificationCode } from '../../src/signatures';
+import { createHmac, randomBytes } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
+import {
+  deliveryHeaders,
+  overlapRunning,
+  signatureFor,
+  signedHeaders,
+  verifyWebhook,
+  WebhookVerificationError,
+  type WebhookVerificationCode,
+} from '../../src/signatures';
 
 const SECRET = 'whsec_7Rk2bQe9mYv4Lp0sXc3nHa8u';
 const BODY = JSON.stringify({ id: 'evt_01', type: 'webhook.test', data: { note: 'café ✓' } });
@@ -116,5 +125,55 @@ describe('verifyWebhook', () => {
     const h = fresh();
     const moved = { ...h, 'x-service-timestamp': String(NOW_SECONDS + 1) };
     expect(codeOf(() => verifyWebhook(SECRET, moved, BODY, { now: NOW }))).toBe('SIGNATURE_MISMATCH');
+  });
+});
+
+describe('signing in a scheme, and during an overlap', () => {
+  const OLD = SECRET;
+  const standardSecret = () => `whsec_${randomBytes(32).toString('base64')}`;
+  const DELIVERY_ID = '0b6f3f7e-52a4-4a86-9d6c-5f1f0c3b2a11';
+  const standardKeyed = (secret: string, ts: number) =>
+    `v1,${createHmac('sha256', Buffer.from(secret.slice('whsec_'.length), 'base64')).update(`${DELIVERY_ID}.${ts}.${BODY}`).digest('base64')}`;
+
+  it('legacy alone is exactly what signedHeaders always sent', () => {
+    expect(deliveryHeaders({ current: { secret: OLD, scheme: 'legacy' }, previous: null }, DELIVERY_ID, BODY, NOW)).toEqual(signedHeaders(OLD, BODY, NOW));
+  });
+
+  it('standard: webhook-id, webhook-timestamp and one v1 entry keyed with the decoded bytes', () => {
+    const secret = standardSecret();
+    const headers = deliveryHeaders({ current: { secret, scheme: 'standard' }, previous: null }, DELIVERY_ID, BODY, NOW + 999);
+    expect(headers).toEqual({
+      'content-type': 'application/json',
+      'webhook-id': DELIVERY_ID,
+      'webhook-timestamp': String(NOW_SECONDS),
+      'webhook-signature': standardKeyed(secret, NOW_SECONDS),
+    });
+  });
+
+  it('keeps the old secret in x-service-signature during an overlap and puts the new one in x-service-signature-next, which verifyWebhook reads', () => {
+    const next = standardSecret();
+    const headers = deliveryHeaders({ current: { secret: next, scheme: 'both' }, previous: { secret: OLD, scheme: 'legacy' } }, DELIVERY_ID, BODY, NOW);
+    expect(headers['x-service-signature']).toBe(independentSignature(OLD, NOW_SECONDS, BODY));
+    expect(headers['x-service-signature-next']).toBe(independentSignature(next, NOW_SECONDS, BODY));
+    // The old secret was legacy only: webhook-signature lists only the new one.
+    expect(headers['webhook-signature']).toBe(standardKeyed(next, NOW_SECONDS));
+    expect(verifyWebhook(OLD, headers, BODY, { now: NOW }).timestamp).toBe(NOW_SECONDS);
+    expect(verifyWebhook(next, headers, BODY, { now: NOW }).timestamp).toBe(NOW_SECONDS);
+    expect(codeOf(() => verifyWebhook('whsec_neither', headers, BODY, { now: NOW }))).toBe('SIGNATURE_MISMATCH');
+  });
+
+  it('lists both secrets in webhook-signature when both sign standard, and the reference library takes either', () => {
+    const [old, next] = [standardSecret(), standardSecret()];
+    const headers = deliveryHeaders({ current: { secret: next, scheme: 'standard' }, previous: { secret: old, scheme: 'standard' } }, DELIVERY_ID, BODY);
+    expect(headers['webhook-signature']!.split(' ')).toHaveLength(2);
+    expect(headers['x-service-signature']).toBeUndefined();
+    for (const secret of [old, next]) expect(new Webhook(secret).verify(BODY, headers)).toEqual(JSON.parse(BODY));
+    expect(() => new Webhook(standardSecret()).verify(BODY, headers)).toThrow('No matching signature found');
+  });
+
+  it('ends an overlap at its end instant, not a millisecond later', () => {
+    expect(overlapRunning(NOW, NOW - 1)).toBe(true);
+    expect(overlapRunning(NOW, NOW)).toBe(false);
+    expect(overlapRunning(null, NOW)).toBe(false);
   });
 });

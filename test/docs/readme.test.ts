@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest } from '../support/clients';
 import { makeTestTls, type TestTls } from '../support/tls';
+import { startHttpsReceiver } from '../support/https-receiver';
 
 const ROOT = path.resolve(__dirname, '../..');
 const README = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
@@ -160,6 +161,41 @@ describe('README "Operator CLI"', () => {
   });
 });
 
+/** A receiver snippet of the README, run on a delivery's headers and body and a secret (WHSEC, HEADERS_B64, BODY_B64). */
+interface Snippet {
+  snippet: string | undefined;
+  run(env: Record<string, string>): Promise<Run>;
+}
+
+/** The Python block defining `name`, called as a receiver would. */
+function pythonSnippet(name: string): Snippet {
+  const [snippet] = fencedBlocks(README, 'python').filter((block) => block.includes(`def ${name}(`));
+  const call = [
+    'import base64 as _b64, json as _json, os as _os',
+    `${name}(_os.environ["WHSEC"], _json.loads(_b64.b64decode(_os.environ["HEADERS_B64"])), _b64.b64decode(_os.environ["BODY_B64"]))`,
+  ].join('\n');
+  return { snippet, run: (env) => run('python3', ['-c', `${snippet}\n${call}\n`], env) };
+}
+
+/**
+ * The TypeScript block containing `marker`. `req` and `rawBody` are what the receiver's
+ * framework hands over; the snippet runs from the repository root as written, import path included.
+ */
+function nodeSnippet(marker: string): Snippet {
+  const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes(marker));
+  const setup = [
+    "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
+    "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
+  ].join('\n');
+  return { snippet, run: (env) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env) };
+}
+
+function tampered(body: Buffer): Buffer {
+  const copy = Buffer.from(body);
+  copy[Math.floor(copy.length / 2)]! ^= 0x01;
+  return copy;
+}
+
 interface Captured {
   headers: IncomingHttpHeaders;
   body: Buffer;
@@ -215,12 +251,6 @@ describe('README receiver snippets verify a real delivery', () => {
     expect(JSON.parse(captured.body.toString('utf8'))).toMatchObject({ type: 'webhook.test' });
   });
 
-  function tampered(body: Buffer): Buffer {
-    const copy = Buffer.from(body);
-    copy[Math.floor(copy.length / 2)]! ^= 0x01;
-    return copy;
-  }
-
   function inputs(body: Buffer, secretUsed = secret): Record<string, string> {
     return {
       WHSEC: secretUsed,
@@ -230,12 +260,7 @@ describe('README receiver snippets verify a real delivery', () => {
   }
 
   describe('Python', () => {
-    const [snippet] = fencedBlocks(README, 'python').filter((block) => block.includes('def verify('));
-    const call = [
-      'import base64 as _b64, json as _json, os as _os',
-      'verify(_os.environ["WHSEC"], _json.loads(_b64.b64decode(_os.environ["HEADERS_B64"])), _b64.b64decode(_os.environ["BODY_B64"]))',
-    ].join('\n');
-    const python = (env: Record<string, string>) => run('python3', ['-c', `${snippet}\n${call}\n`], env);
+    const { snippet, run: python } = pythonSnippet('verify');
 
     it('is in the README', () => {
       expect(snippet).toBeDefined();
@@ -257,14 +282,7 @@ describe('README receiver snippets verify a real delivery', () => {
   });
 
   describe('Node', () => {
-    const [snippet] = fencedBlocks(README, 'ts').filter((block) => block.includes('verifyWebhook('));
-    // `req` and `rawBody` are what the receiver's framework hands over; the snippet runs
-    // from the repository root as written, import path included.
-    const setup = [
-      "const req = { headers: JSON.parse(Buffer.from(process.env.HEADERS_B64!, 'base64').toString('utf8')) };",
-      "const rawBody = Buffer.from(process.env.BODY_B64!, 'base64');",
-    ].join('\n');
-    const node = (env: Record<string, string>) => run(process.execPath, [require.resolve('tsx/cli'), '--eval', `${setup}\n${snippet}`], env);
+    const { snippet, run: node } = nodeSnippet('verifyWebhook(');
 
     it('is in the README', () => {
       expect(snippet).toBeDefined();
@@ -282,6 +300,102 @@ describe('README receiver snippets verify a real delivery', () => {
       const otherSecret = await node(inputs(captured.body, `${secret}x`));
       expect(otherSecret.status).not.toBe(0);
       expect(otherSecret.stderr).toContain('SIGNATURE_MISMATCH');
+    });
+  });
+});
+
+describe('README "Signing schemes and rotation" receiver snippets verify real deliveries during an overlap', () => {
+  interface Delivered {
+    headers: IncomingHttpHeaders;
+    body: Buffer;
+  }
+  /** One delivery to each endpoint, made while its rotation's overlap runs; the old and new secrets. */
+  const legacy = { old: '', next: '', delivered: undefined as unknown as Delivered };
+  const standard = { old: '', next: '', delivered: undefined as unknown as Delivered };
+
+  beforeAll(async () => {
+    const endpoint = await startHttpsReceiver({ tls });
+    try {
+      const tenant = await t.tenant();
+      for (const [target, scheme] of [
+        [legacy, 'legacy'],
+        [standard, 'standard'],
+      ] as const) {
+        const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${endpoint.url}/${scheme}`, signatureScheme: scheme } });
+        expect(created.status).toBe(200);
+        const id = created.body.endpoint.id as string;
+        const rotated = await rest(t.url, 'POST', `/api/v1/webhooks/${id}/rotate-secret`, { apiKey: tenant.apiKey, body: { overlapSeconds: 3600 } });
+        expect(rotated.status).toBe(200);
+        target.old = created.body.signingSecret;
+        target.next = rotated.body.signingSecret;
+        expect((await rest(t.url, 'POST', `/api/v1/webhooks/${id}/test`, { apiKey: tenant.apiKey })).status).toBe(200);
+      }
+      const requests = await endpoint.waitForRequests(2, 10_000);
+      for (const [target, path] of [
+        [legacy, '/legacy'],
+        [standard, '/standard'],
+      ] as const) {
+        const request = requests.find((r) => r.path === path)!;
+        target.delivered = { headers: request.headers, body: Buffer.from(request.rawBody, 'utf8') };
+      }
+    } finally {
+      await endpoint.close();
+    }
+  });
+
+  function inputs(delivered: Delivered, secret: string, body = delivered.body): Record<string, string> {
+    return { WHSEC: secret, HEADERS_B64: Buffer.from(JSON.stringify(delivered.headers)).toString('base64'), BODY_B64: body.toString('base64') };
+  }
+
+  describe('legacy, Python', () => {
+    const today = pythonSnippet('verify');
+    const rotating = pythonSnippet('verify_rotating');
+
+    it('"Delivery format" as it is: the receiver that changed nothing keeps verifying with its old secret', async () => {
+      expect(await today.run(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
+    });
+
+    it('verify_rotating takes the old secret and the new one, and refuses a flipped byte or another secret', async () => {
+      expect(rotating.snippet).toBeDefined();
+      expect(await rotating.run(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await rotating.run(inputs(legacy.delivered, legacy.next))).toMatchObject({ status: 0, stderr: '' });
+      const flipped = await rotating.run(inputs(legacy.delivered, legacy.next, tampered(legacy.delivered.body)));
+      expect(flipped.stderr).toContain('signature mismatch');
+      const other = await rotating.run(inputs(legacy.delivered, `${legacy.next}x`));
+      expect(other.stderr).toContain('signature mismatch');
+    });
+  });
+
+  describe('legacy, Node', () => {
+    const { run: node } = nodeSnippet('verifyWebhook(');
+
+    it('verifyWebhook takes the old secret and the new one', async () => {
+      expect(await node(inputs(legacy.delivered, legacy.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await node(inputs(legacy.delivered, legacy.next))).toMatchObject({ status: 0, stderr: '' });
+      expect((await node(inputs(legacy.delivered, `${legacy.next}x`))).stderr).toContain('SIGNATURE_MISMATCH');
+    });
+  });
+
+  describe('standard', () => {
+    const verifyStandard = pythonSnippet('verify_standard');
+    const { snippet, run: node } = nodeSnippet('new Webhook(');
+
+    it('are in the README', () => {
+      expect(verifyStandard.snippet).toBeDefined();
+      expect(snippet).toBeDefined();
+    });
+
+    it('Python verify_standard takes either secret and refuses a flipped byte or another secret', async () => {
+      expect(await verifyStandard.run(inputs(standard.delivered, standard.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await verifyStandard.run(inputs(standard.delivered, standard.next))).toMatchObject({ status: 0, stderr: '' });
+      expect((await verifyStandard.run(inputs(standard.delivered, standard.next, tampered(standard.delivered.body)))).stderr).toContain('signature mismatch');
+      expect((await verifyStandard.run(inputs(standard.delivered, `whsec_${Buffer.alloc(32, 7).toString('base64')}`))).stderr).toContain('signature mismatch');
+    });
+
+    it('Node with standardwebhooks takes either secret and refuses a flipped byte', async () => {
+      expect(await node(inputs(standard.delivered, standard.old))).toMatchObject({ status: 0, stderr: '' });
+      expect(await node(inputs(standard.delivered, standard.next))).toMatchObject({ status: 0, stderr: '' });
+      expect((await node(inputs(standard.delivered, standard.next, tampered(standard.delivered.body)))).stderr).toContain('No matching signature found');
     });
   });
 });

@@ -249,8 +249,12 @@ describe('the served REST API', () => {
     const created = await call('POST', '/api/v1/webhooks', 200, { body: { url: 'https://127.0.0.1:9/hook', description: 'openapi' } });
     const webhookId = created.endpoint.id as string;
     await call('POST', '/api/v1/webhooks/{id}/test', 200, { params: { id: webhookId } });
+    const rotated = await call('POST', '/api/v1/webhooks/{id}/rotate-secret', 200, { params: { id: webhookId }, body: { overlapSeconds: 60 } });
+    expect(rotated.endpoint.secretRotation).toMatchObject({ previousSignatureScheme: 'legacy' });
+    await call('PATCH', '/api/v1/webhooks/{id}', 200, { params: { id: webhookId }, body: { description: 'renamed' } });
     const webhooks = await call('GET', '/api/v1/webhooks', 200);
     expect(webhooks.endpoints[0].recentDeliveries).toHaveLength(1);
+    expect(webhooks.endpoints[0]).toMatchObject({ description: 'renamed', signatureScheme: 'legacy', secretRotation: rotated.endpoint.secretRotation });
     await call('DELETE', '/api/v1/webhooks/{id}', 200, { params: { id: webhookId } });
 
     // A route added later needs a call here too.
@@ -264,6 +268,11 @@ describe('the served REST API', () => {
     expect((await call('POST', '/api/v1/connections/{id}/confirm', 404, { params: { id: randomUUID() }, body: { confirmIdentity: true } })).code).toBe('CONNECTION_NOT_FOUND');
     expect((await call('GET', '/api/v1/connections', 401, { apiKey: null })).code).toBe('AUTHENTICATION_REQUIRED');
     expect((await call('POST', '/api/v1/webhooks', 400, { body: { url: 'http://127.0.0.1:9/hook' } })).code).toBe('WEBHOOK_URL_NOT_HTTPS');
+    const endpoint = (await call('POST', '/api/v1/webhooks', 200, { body: { url: 'https://127.0.0.1:9/hook' } })).endpoint.id as string;
+    expect((await call('POST', '/api/v1/webhooks/{id}/rotate-secret', 400, { params: { id: endpoint }, body: { overlapSeconds: -1 } })).code).toBe('ROTATION_OVERLAP_INVALID');
+    await call('POST', '/api/v1/webhooks/{id}/rotate-secret', 200, { params: { id: endpoint }, body: {} });
+    expect((await call('PATCH', '/api/v1/webhooks/{id}', 409, { params: { id: endpoint }, body: { signatureScheme: 'both' } })).code).toBe('SECRET_ROTATION_IN_PROGRESS');
+    expect((await call('PATCH', '/api/v1/webhooks/{id}', 400, { params: { id: endpoint }, body: { signatureScheme: 'hmac' } })).code).toBe('SIGNATURE_SCHEME_INVALID');
     const viewer = await t.tenant({ role: 'viewer' });
     expect((await call('GET', '/api/v1/webhooks', 403, { apiKey: viewer.apiKey })).code).toBe('PERMISSION_DENIED');
   });

@@ -70,6 +70,8 @@ const ROUTES: RouteSpec[] = [
   { verb: 'POST', template: '/api/v1/webhooks', reads: false },
   { verb: 'POST', template: '/api/v1/webhooks/{id}/test', reads: false },
   { verb: 'DELETE', template: '/api/v1/webhooks/{id}', reads: false },
+  { verb: 'PATCH', template: '/api/v1/webhooks/{id}', reads: false },
+  { verb: 'POST', template: '/api/v1/webhooks/{id}/rotate-secret', reads: false },
   { verb: 'POST', template: '/api/v1/posts', reads: false },
   { verb: 'GET', template: '/api/v1/posts', reads: true },
 ];

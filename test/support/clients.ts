@@ -1,6 +1,7 @@
-import { createClient, type Client, type Interceptor, type Transport } from '@connectrpc/connect';
+import { type Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import type { DescService } from '@bufbuild/protobuf';
+import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 
 export type TransportName = 'grpc' | 'connect' | 'grpc-web';
 
@@ -69,4 +70,15 @@ export async function restVia(send: AppFetch, method: string, path: string, opti
     // Non-JSON bodies are returned as text for the assertion to show.
   }
   return { status: response.status, body: parsed, headers: response.headers };
+}
+
+/** How an RPC was refused: its gRPC code and the stable code its ErrorInfo carries. */
+export async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined }> {
+  try {
+    await call;
+  } catch (error) {
+    const e = ConnectError.from(error);
+    return { code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
+  }
+  throw new Error('expected the call to fail');
 }
