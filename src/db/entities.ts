@@ -145,6 +145,8 @@ export const WebhookEndpointSchema = defineEntity({
     /** AES-256-GCM: nonce, ciphertext and tag of the whsec_ secret. */
     secretCiphertext: p.blob(),
     disabledAt: p.datetime().nullable(),
+    /** Set while the customer has paused the endpoint: its deliveries are held, not sent. */
+    pausedAt: p.datetime().nullable(),
     ...timestamps,
   },
 });
