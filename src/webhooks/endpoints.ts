@@ -12,6 +12,7 @@ export interface ListedEndpoint {
   description: string;
   eventNames: string[];
   disabledAtMs: number | null;
+  pausedAtMs: number | null;
   createdAtMs: number;
 }
 
@@ -23,7 +24,9 @@ export interface ListedEndpoint {
 export async function endpointsPage(em: EntityManager, organizationId: string, cursor: Cursor | null, limit: number): Promise<ListedEndpoint[]> {
   let query = db(em)
     .selectFrom('webhook_endpoints')
-    .select(['id', 'url', 'description', 'event_names as eventNames', epochMs<number | null>('disabled_at').as('disabledAtMs'), epochMs('created_at').as('createdAtMs')])
+    .select(['id', 'url', 'description', 'event_names as eventNames', epochMs<number | null>('disabled_at').as('disabledAtMs'),
+      epochMs<number | null>('paused_at').as('pausedAtMs'),
+      epochMs('created_at').as('createdAtMs')])
     .where('organization_id', '=', organizationId);
   if (cursor) {
     const at = new Date(cursor.at);
