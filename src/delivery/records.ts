@@ -339,7 +339,7 @@ export class DeliveryRecords {
   /**
    * Starts an attempt. Under a lock on the delivery row, decides what the attempt may do:
    * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
-   * switch holds it without using an attempt; otherwise the next attempt row is written
+   * switch or a paused endpoint holds it without using an attempt; otherwise the next attempt row is written
    * (or the one a dead worker wrote but never sent is taken over) and the caller sends.
    *
    * One statement decides and writes, so the common path costs one round trip. It reads
@@ -481,7 +481,8 @@ export class DeliveryRecords {
 
   /**
    * The connection to the receiver stands and the request is about to be written: from
-   * here on the attempt counts. Refused (false) when a kill switch came on meanwhile, the
+   * here on the attempt counts. Refused (false) when a kill switch came on (or the endpoint
+   * was paused) meanwhile, the
    * delivery finished, or another executor took the attempt over; then nothing is sent.
    */
   async markDispatched(em: EntityManager, ref: DeliveryRef, attempt: number, startedAt: Date): Promise<boolean> {
@@ -538,7 +539,7 @@ export class DeliveryRecords {
     });
   }
 
-  /** A kill switch is on: the delivery waits one interval (or until released) without using an attempt. */
+  /** A kill switch is on or the endpoint paused: the delivery waits one interval (or until released) without using an attempt. */
   async hold(em: EntityManager, ref: DeliveryRef): Promise<void> {
     const now = new Date(this.now());
     await db(em)
