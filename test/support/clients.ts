@@ -1,6 +1,7 @@
-import { createClient, type Client, type Interceptor, type Transport } from '@connectrpc/connect';
+import { ConnectError, createClient, type Client, type Code, type Interceptor, type Transport } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import type { DescService } from '@bufbuild/protobuf';
+import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 
 export type TransportName = 'grpc' | 'connect' | 'grpc-web';
 
@@ -27,6 +28,17 @@ export function transport(baseUrl: string, name: TransportName, apiKey?: string)
 
 export function client<T extends DescService>(service: T, baseUrl: string, name: TransportName, apiKey?: string): Client<T> {
   return createClient(service, transport(baseUrl, name, apiKey));
+}
+
+/** The gRPC code and ErrorInfo reason a call failed with; throws when it did not fail. */
+export async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined }> {
+  try {
+    await call;
+  } catch (error) {
+    const e = ConnectError.from(error);
+    return { code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
+  }
+  throw new Error('expected the call to fail');
 }
 
 /** Sends a request for a path (with its query) to an app; the path is resolved on the app's origin. */

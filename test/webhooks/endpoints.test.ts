@@ -1,24 +1,14 @@
 import { randomUUID } from 'node:crypto';
-import { Code, ConnectError } from '@connectrpc/connect';
+import { Code } from '@connectrpc/connect';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { failureOf } from '../support/clients';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
-import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 
 let t: TestApp;
 beforeAll(async () => {
   t = await startTestApp({ DELIVERY_POLL_INTERVAL_MS: '50' }, { listen: false });
 });
 afterAll(async () => t?.close());
-
-async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined }> {
-  try {
-    await call;
-  } catch (error) {
-    const e = ConnectError.from(error);
-    return { code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
-  }
-  throw new Error('expected the call to fail');
-}
 
 const good = 'https://127.0.0.1:9/hook';
 

@@ -1,11 +1,11 @@
-import { Code, ConnectError } from '@connectrpc/connect';
+import { Code } from '@connectrpc/connect';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import { failureOf } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 import { signedWith } from '../support/deliveries';
 import { within } from '../support/within';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
-import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
 
 /**
  * Pausing and resuming an endpoint through both transports: the state every answer shows,
@@ -26,16 +26,6 @@ afterAll(async () => {
   await t?.close();
   await receiver?.close();
 });
-
-async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined }> {
-  try {
-    await call;
-  } catch (error) {
-    const e = ConnectError.from(error);
-    return { code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
-  }
-  throw new Error('expected the call to fail');
-}
 
 async function createEndpoint(tenant: Tenant, path = '/hook', eventNames = ['webhook.test']): Promise<{ id: string; secret: string }> {
   const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}${path}`, eventNames } });
