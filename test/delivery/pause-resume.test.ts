@@ -1,30 +1,16 @@
-import { startTestApp, type TestApp, type Tenant } from '../support/app';
+import type { TestApp, Tenant } from '../support/app';
+import { ENGINES, startEngineApp, type EngineApp } from '../support/engines';
 import { makeTestTls, type TestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver, type ReceivedRequest } from '../support/https-receiver';
 import { signedWith, storedAttempts, storedDelivery, untilStored, type StoredDelivery } from '../support/deliveries';
 import { RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**
- * Pausing an endpoint end to end, per engine: its deliveries are held as the kill switch
+ * Pausing an endpoint end to end, on both engines (test/support/engines.ts): its deliveries are held as the kill switch
  * holds them (nothing sent, nothing lost, no attempt used), new events are recorded and
  * held, and on resume everything goes out at once. Absence is asserted only after a point
  * the service signals (the delivery stored as held, held again, the engine idle).
  */
-
-/** The engines these tests run on. */
-const ENGINES = ['embedded'] as const;
-type Engine = (typeof ENGINES)[number];
-
-interface EngineApp {
-  t: TestApp;
-  /** Resolves once the engine has nothing in flight and nothing due. */
-  idle(): Promise<void>;
-}
-
-async function startEngineApp(_engine: Engine, env: Record<string, string>): Promise<EngineApp> {
-  const t = await startTestApp(env);
-  return { t, idle: () => t.app.delivery.embedded!.idle() };
-}
 
 let tls: TestTls;
 const receivers: HttpsReceiver[] = [];
@@ -91,10 +77,10 @@ describe.each(ENGINES)('on the %s engine', (engine) => {
     beforeAll(async () => {
       app = await startEngineApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '50', DELIVERY_TEST_RETRY_INTERVAL_MS: String(INTERVAL_MS) });
     });
-    afterAll(async () => app?.t.close());
+    afterAll(async () => app?.close());
 
     it('sends nothing while paused, records new events held, and after resume delivers everything: arrivals = attempts, each signed', async () => {
-      const { t } = app;
+      const t = app;
       const tenant = await t.tenant();
       const receiver = await flakyReceiver(2);
       const endpoint = await createEndpoint(t, tenant, receiver);
@@ -140,14 +126,15 @@ describe.each(ENGINES)('on the %s engine', (engine) => {
   describe("with the contract's 30 s interval", () => {
     let app: EngineApp;
     beforeAll(async () => {
-      // Polls 20 s apart: an arrival within 2 s of the resume can come only from the resume waking the delivery.
+      // The embedded engine polls 20 s apart and a held Temporal workflow waits out 30 s unless
+      // signalled: an arrival within 2 s of the resume can come only from the resume waking it.
       app = await startEngineApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '20000' });
-      expect(app.t.config.delivery.retryIntervalMs).toBe(RETRY_INTERVAL_MS);
+      expect(app.config.delivery.retryIntervalMs).toBe(RETRY_INTERVAL_MS);
     });
-    afterAll(async () => app?.t.close());
+    afterAll(async () => app?.close());
 
     it('sends a held delivery within 2 s of the resume, not when its held interval ends', async () => {
-      const { t } = app;
+      const t = app;
       const tenant = await t.tenant();
       const receiver = await flakyReceiver(0);
       const endpoint = await createEndpoint(t, tenant, receiver);
