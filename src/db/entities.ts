@@ -156,6 +156,8 @@ export const WebhookEndpointSchema = defineEntity({
     rotationStartedAt: p.datetime().nullable(),
     rotationEndsAt: p.datetime().nullable(),
     disabledAt: p.datetime().nullable(),
+    /** Set while the customer has paused the endpoint: its deliveries are held, not sent. */
+    pausedAt: p.datetime().nullable(),
     ...timestamps,
   },
 });

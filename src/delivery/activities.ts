@@ -150,8 +150,9 @@ export class DeliveryAttempts {
       } catch (cause) {
         if (!(cause instanceof OutboundError)) throw cause;
         if (cause.kind === 'not_sent') {
-          // PostgreSQL could not mark the attempt sent, or a kill switch came on, the delivery
-          // finished or another executor took it: nothing left, so nothing counts. Decide again.
+          // PostgreSQL could not mark the attempt sent, or a kill switch came on or the endpoint
+          // was paused, the delivery finished or another executor took it: nothing left, so
+          // nothing counts. Decide again.
           if (!refusedBeforeSend) await this.pause(0, liveness.signal);
           continue;
         }

@@ -14,7 +14,7 @@ export interface DeliveryRef {
 /**
  * Outcome of one call of the attempt activity that did not throw.
  * - delivered: a 2xx arrived; the row is marked delivered.
- * - held: a kill switch is on; nothing was sent and no attempt was used. `sent` is how
+ * - held: a kill switch is on or the endpoint is paused; nothing was sent and no attempt was used. `sent` is how
  *   many attempts the delivery had made (absent in histories written before it existed).
  * A failed attempt throws instead, with details `[{ sent }]`: a retryable failure
  * ("DeliveryAttemptFailed"), or a non-retryable one ("EndpointGone" when the endpoint is
@@ -43,7 +43,7 @@ export interface DeliveryMeta {
 /** Starts deliveries. Starting the same delivery twice is a no-op. */
 export interface DeliveryEngine {
   start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }>;
-  /** A kill switch went off: the held deliveries it released (already due in their rows) go out now. */
+  /** A kill switch went off or an endpoint was resumed: the held deliveries released (already due in their rows) go out now. */
   release(released: { deliveryId: string; workflowId: string }[]): Promise<void>;
   close(): Promise<void>;
 }

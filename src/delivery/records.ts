@@ -27,7 +27,7 @@ import { CompiledStatement } from './compiled-statement';
  *   pending/retrying/held ──claimDue──► (leased) ──beginAttempt──► send | held | failed | exhausted
  *   (the embedded engine's claimDue leases and begins in one statement)
  *   send ──markDispatched──► (counted) ──recordOutcome──► delivered | retrying | (8th) → deadLetter
- *   held ──releaseHeld──► due now
+ *   held ──releaseHeld / releaseHeldOfEndpoint──► due now
  *
  * An attempt counts (attempt_count) once its request may have reached the receiver, or
  * once it failed on the receiver's side of the network (DNS, connect, TLS): never for a
@@ -387,7 +387,7 @@ export class DeliveryRecords {
   /**
    * Starts an attempt. Under a lock on the delivery row, decides what the attempt may do:
    * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
-   * switch holds it without using an attempt; otherwise the next attempt row is written
+   * switch or a paused endpoint holds it without using an attempt; otherwise the next attempt row is written
    * (or the one a dead worker wrote but never sent is taken over) and the caller sends.
    *
    * One statement decides and writes, so the common path costs one round trip. It reads
@@ -444,7 +444,7 @@ export class DeliveryRecords {
           'e.secret_ciphertext',
           ...SIGNING_COLUMNS,
         ])
-        .select((eb) => stoppedBy(eb.ref('d.organization_id')).as('stopped'))
+        .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id')).as('stopped'))
         .where('d.id', '=', ref.deliveryId)
         .where('d.organization_id', '=', ref.organizationId)
         .forUpdate('d')
@@ -531,7 +531,8 @@ export class DeliveryRecords {
 
   /**
    * The connection to the receiver stands and the request is about to be written: from
-   * here on the attempt counts. Refused (false) when a kill switch came on meanwhile, the
+   * here on the attempt counts. Refused (false) when a kill switch came on (or the endpoint
+   * was paused) meanwhile, the
    * delivery finished, or another executor took the attempt over; then nothing is sent.
    */
   async markDispatched(em: EntityManager, ref: DeliveryRef, attempt: number, startedAt: Date): Promise<boolean> {
@@ -588,7 +589,7 @@ export class DeliveryRecords {
     });
   }
 
-  /** A kill switch is on: the delivery waits one interval (or until released) without using an attempt. */
+  /** A kill switch is on or the endpoint paused: the delivery waits one interval (or until released) without using an attempt. */
   async hold(em: EntityManager, ref: DeliveryRef): Promise<void> {
     const now = new Date(this.now());
     await db(em)
@@ -648,9 +649,19 @@ export class DeliveryRecords {
 
   /** A kill switch went off: the deliveries it held are due now. Returns them (Temporal signals their workflows). */
   async releaseHeld(em: EntityManager, scope: string): Promise<{ deliveryId: string; workflowId: string }[]> {
+    return this.releaseHeldOf(em, scope === GLOBAL_SCOPE ? {} : { organizationId: scope });
+  }
+
+  /** An endpoint was resumed: its held deliveries are due now, as a kill switch's release makes them. Returns them. */
+  async releaseHeldOfEndpoint(em: EntityManager, organizationId: string, endpointId: string): Promise<{ deliveryId: string; workflowId: string }[]> {
+    return this.releaseHeldOf(em, { organizationId, endpointId });
+  }
+
+  private async releaseHeldOf(em: EntityManager, of: { organizationId?: string; endpointId?: string }): Promise<{ deliveryId: string; workflowId: string }[]> {
     const now = new Date(this.now());
     let q = db(em).updateTable('webhook_deliveries').set({ next_attempt_at: now, updated_at: now }).where('status', '=', 'held');
-    if (scope !== GLOBAL_SCOPE) q = q.where('organization_id', '=', scope);
+    if (of.organizationId) q = q.where('organization_id', '=', of.organizationId);
+    if (of.endpointId) q = q.where('endpoint_id', '=', of.endpointId);
     const rows = await q.returning(['id', 'workflow_id']).execute();
     return rows.map((r) => ({ deliveryId: r.id, workflowId: r.workflow_id }));
   }
@@ -837,7 +848,7 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
             when e.id is null then 'endpoint_missing'
             when e.disabled_at is not null then 'endpoint_disabled'
             when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
-            when ${stoppedBy(eb.ref('d.organization_id'))} then 'held'
+            when ${stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'))} then 'held'
             else 'send'
           end`.as('decision'),
         )
@@ -999,7 +1010,7 @@ function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date })
               .select('d.id')
               .whereRef('d.id', '=', 'v.delivery_id')
               .where('d.status', 'in', OPEN_STATUSES)
-              .where((s) => s.not(stoppedBy(s.ref('d.organization_id')))),
+              .where((s) => s.not(stoppedBy(s.ref('d.organization_id'), s.ref('d.endpoint_id')))),
           ),
         )
         .returning(['a.delivery_id', 'a.attempt']),
@@ -1061,9 +1072,10 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptColumns & { status: (numb
     .select('closed.delivery_id');
 }
 
-/** True while a kill switch stops the organization whose id the expression names. */
-function stoppedBy(organizationId: Expression<string>) {
-  return sql<boolean>`exists (select 1 from kill_switches k where k.enabled and k.scope in (${GLOBAL_SCOPE}, ${organizationId}::text))`;
+/** True while a kill switch stops the organization, or its customer has paused the endpoint, whose ids the expressions name. */
+function stoppedBy(organizationId: Expression<string>, endpointId: Expression<string>) {
+  return sql<boolean>`(exists (select 1 from kill_switches k where k.enabled and k.scope in (${GLOBAL_SCOPE}, ${organizationId}::text))
+    or exists (select 1 from webhook_endpoints p where p.id = ${endpointId} and p.paused_at is not null))`;
 }
 
 const listedColumns = [

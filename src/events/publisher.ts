@@ -48,6 +48,8 @@ export interface NewEvent {
   payload?: JsonObject;
   /** Absent means when it is recorded. */
   occurredAt?: Date;
+  /** An endpoint of the organization not sent the event: the one a platform event is about (it was just paused, say). */
+  exceptEndpointId?: string;
 }
 
 /** An event as recorded, with its deliveries. */
@@ -224,6 +226,7 @@ export class EventPublisher {
       bodies: known.map((e) => bodyOf(e, now)),
       workflowHeads: fannedOut.map((e) => e.workflowHead),
       workflowTails: fannedOut.map((e) => e.workflowTail),
+      exceptEndpointIds: known.map((e) => e.exceptEndpointId ?? null),
       publisher,
       now,
     };
@@ -342,6 +345,7 @@ interface PublishParams {
   bodies: string[];
   workflowHeads: string[];
   workflowTails: string[];
+  exceptEndpointIds: (string | null)[];
   publisher: string;
   now: Date;
 }
@@ -377,8 +381,9 @@ function takenByAnotherDelivery(error: unknown, events: CheckedEvent[]): Error {
 /**
  * A publish's one statement, compiled once. It reads the organizations with the
  * deliveries counted this month (as last committed), records the events (those recorded
- * before are left as they are), and for each new event, one delivery per active endpoint
- * subscribed to its type: the quota's part (webhooks' deliveryQuotaTakeSql) counts those
+ * before are left as they are), and for each new event, one delivery per endpoint not
+ * disabled (a paused one too: it holds the delivery) subscribed to its type, but the one
+ * the event excepts: the quota's part (webhooks' deliveryQuotaTakeSql) counts those
  * of each organization with something left, in the order of the events and oldest
  * endpoint first, and the deliveries' part (delivery's fanOutInsertSql) records them,
  * pending as far as counted and failed with the quota's refusal beyond. Each table's part
@@ -395,8 +400,9 @@ const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishPar
     with input as (
       select *
         from unnest(${p.eventOrganizationIds}::uuid[], ${p.eventIds}::text[], ${p.eventTypes}::text[], ${p.payloads}::text[],
-                    ${p.occurredAt}::timestamptz[], ${p.bodies}::text[], ${p.workflowHeads}::text[], ${p.workflowTails}::text[])
-             with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, body, workflow_head, workflow_tail, i)
+                    ${p.occurredAt}::timestamptz[], ${p.bodies}::text[], ${p.workflowHeads}::text[], ${p.workflowTails}::text[],
+                    ${p.exceptEndpointIds}::uuid[])
+             with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, body, workflow_head, workflow_tail, except_endpoint_id, i)
     ), organization as (
       select o.id, o.plan, o.monthly_delivery_quota, ${deliveriesCountedThisMonth(sql.ref('o.id'), p.month)} as counted,
              ${monthlyDeliveryLimitSql(sql.ref('o.plan'), sql.ref('o.monthly_delivery_quota'))} as monthly_limit,
@@ -422,6 +428,7 @@ const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishPar
         join recorded r on r.organization_id = v.organization_id and r.event_id = v.event_id
         join organization o on o.id = v.organization_id and not o.without_deliveries
         join webhook_endpoints e on e.organization_id = v.organization_id and e.disabled_at is null and v.event_type = any(e.event_names)
+                                and e.id is distinct from v.except_endpoint_id
     ), wanted as (
       select s.organization_id, count(*) as wanted, o.monthly_limit
         from subscribed s
@@ -487,6 +494,12 @@ export class ChangeEvents {
   async record(tx: EntityManager, events: NewEvent[]): Promise<void> {
     if (events.length === 0) return;
     this.published.push(...(await this.publisher.publishEvents(tx, events, PLATFORM_PUBLISHER)));
+  }
+
+  /** Records the one event of a change to `subjectId` at `at`, its id derived from them (changeEventId). */
+  async recordChange(tx: EntityManager, change: Omit<NewEvent, 'eventId' | 'occurredAt'> & { subjectId: string; at: Date }): Promise<void> {
+    const { subjectId, at, ...event } = change;
+    await this.record(tx, [{ ...event, eventId: changeEventId(event.eventType, subjectId, at), occurredAt: at }]);
   }
 
   /** Call once the change's transaction committed. */

@@ -118,17 +118,18 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const temporal = config.temporal ? createTemporalClient(config.temporal) : null;
   const metrics = new Metrics({ orm, records, engineReachable: temporal?.reachable });
   const delivery = deliveriesFor(config, { orm, logger, now, records, temporal, onEvent: metrics.observeDelivery });
+  // Records events and fans them out; the connection and post services record their own in it too.
+  const publisher = new EventPublisher({ deliveries: delivery.records, engine: delivery.engine, logger, now });
   const webhooks = new WebhookServiceImpl({
     secrets: new SecretBox(config.secretKeys, config.currentSecretKeyId),
     limiter: new WebhookRateLimiter(limiterPool),
     deliveries: delivery.records,
     engine: delivery.engine,
+    events: publisher,
     allowCidrs: config.delivery.allowCidrs,
     logger,
     now,
   });
-  // Records events and fans them out; the connection and post services record their own in it too.
-  const publisher = new EventPublisher({ deliveries: delivery.records, engine: delivery.engine, logger, now });
   const events = new EventServiceImpl(publisher);
   const connections = new ConnectionServiceImpl({
     provider,

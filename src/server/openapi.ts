@@ -10,6 +10,11 @@ import { httpRuleOf, type HttpRule } from './http-rules';
  * there is no hand-written spec to drift. Schemas follow the proto3 JSON mapping as
  * @bufbuild/protobuf's toJson emits it; toJson omits default values, so no property is
  * required.
+ *
+ * Descriptions are the proto's own comments, where the descriptors carry source code info:
+ * scripts/generate-openapi.ts builds them with `buf build`, which keeps it. The descriptors
+ * embedded in src/gen do not (protoc-gen-es strips it), so a document built from those has
+ * no descriptions and operations summarized by their RPC names.
  */
 
 type Schema = Record<string, unknown>;
@@ -30,7 +35,7 @@ export function buildOpenApi(
     if (!(message.typeName in schemas)) {
       schemas[message.typeName] = {}; // placeholder first: messages may refer to themselves
       const properties = Object.fromEntries(message.fields.map((f) => [f.jsonName, fieldSchema(f)]));
-      schemas[message.typeName] = { type: 'object', properties };
+      schemas[message.typeName] = { type: 'object', ...described(message), properties };
     }
     return schemaRef(message.typeName);
   };
@@ -40,10 +45,10 @@ export function buildOpenApi(
     value.message ? messageSchema(value.message) : value.enum ? enumSchema(value.enum) : scalarSchema(value.scalar ?? ScalarType.STRING);
 
   const fieldSchema = (field: DescField): Schema => {
-    if (field.fieldKind === 'list') return { type: 'array', items: valueSchema(field) };
+    if (field.fieldKind === 'list') return { type: 'array', ...described(field), items: valueSchema(field) };
     // Map keys are JSON object keys, so only the values need a schema.
-    if (field.fieldKind === 'map') return { type: 'object', additionalProperties: valueSchema(field) };
-    return valueSchema(field);
+    if (field.fieldKind === 'map') return { type: 'object', ...described(field), additionalProperties: valueSchema(field) };
+    return { ...valueSchema(field), ...described(field) };
   };
 
   const paths: Record<string, Record<string, unknown>> = {};
@@ -54,9 +59,9 @@ export function buildOpenApi(
       const { pathFields } = route;
       const otherFields = method.input.fields.filter((f) => !pathFields.includes(f));
       const parameters = [
-        ...pathFields.map((f) => ({ name: f.name, in: 'path', required: true, schema: fieldSchema(f) })),
+        ...pathFields.map((f) => ({ name: f.name, in: 'path', ...described(f), required: true, schema: fieldSchema(f) })),
         // Without a body, the gateway binds the remaining scalar (and repeated scalar) fields from the query.
-        ...(route.bodyAll ? [] : otherFields.filter(isQueryField).map((f) => ({ name: f.jsonName, in: 'query', schema: fieldSchema(f) }))),
+        ...(route.bodyAll ? [] : otherFields.filter(isQueryField).map((f) => ({ name: f.jsonName, in: 'query', ...described(f), schema: fieldSchema(f) }))),
       ];
       const requestSchema = messageSchema(method.input);
       const comment = commentOf(method);
@@ -74,14 +79,17 @@ export function buildOpenApi(
                 content: {
                   [JSON_CONTENT]: {
                     // Path variables overwrite body fields, so the body omits them.
-                    schema: pathFields.length === 0 ? requestSchema : { type: 'object', properties: Object.fromEntries(otherFields.map((f) => [f.jsonName, fieldSchema(f)])) },
+                    schema:
+                      pathFields.length === 0
+                        ? requestSchema
+                        : { type: 'object', ...described(method.input), properties: Object.fromEntries(otherFields.map((f) => [f.jsonName, fieldSchema(f)])) },
                   },
                 },
               },
             }
           : {}),
         responses: {
-          '200': { description: method.output.name, content: { [JSON_CONTENT]: { schema: messageSchema(method.output) } } },
+          '200': { description: commentOf(method.output) || method.output.name, content: { [JSON_CONTENT]: { schema: messageSchema(method.output) } } },
           ...Object.fromEntries(errorStatuses().map((status) => [String(status), { $ref: `#/components/responses/Error${status}` }])),
         },
       };
@@ -91,7 +99,7 @@ export function buildOpenApi(
   return {
     openapi: '3.1.0',
     info,
-    tags: services.map((s) => ({ name: s.name })),
+    tags: services.map((s) => ({ name: s.name, ...described(s) })),
     paths,
     components: {
       schemas: { ...schemas, Error: errorSchema() },
@@ -171,16 +179,40 @@ function wellKnownSchema(message: DescMessage): Schema | null {
   }
 }
 
-/**
- * The method's leading comment, when the descriptor carries source code info. The
- * embedded descriptors of protoc-gen-es do not (it strips it), so this is empty for
- * src/gen and the summary falls back to the method name.
- */
-function commentOf(method: DescMethod): string {
-  const service = method.parent;
-  const path = [6 /* services */, service.file.services.indexOf(service), 2 /* methods */, service.methods.indexOf(method)];
-  const location = service.file.proto.sourceCodeInfo?.location.find((l) => l.path.length === path.length && l.path.every((p, i) => p === path[i]));
+type Commented = DescService | DescMethod | DescMessage | DescField | DescEnum;
+
+/** `{ description }` with the element's comment, or nothing when it has none. */
+function described(desc: Commented): { description?: string } {
+  const comment = commentOf(desc);
+  return comment ? { description: comment } : {};
+}
+
+/** The element's leading comment as one paragraph; empty when the descriptor carries no source code info. */
+function commentOf(desc: Commented): string {
+  const path = sourcePath(desc);
+  const file = desc.kind === 'field' || desc.kind === 'rpc' ? desc.parent.file : desc.file;
+  const location = file.proto.sourceCodeInfo?.location.find((l) => l.path.length === path.length && l.path.every((p, i) => p === path[i]));
   return (location?.leadingComments ?? '').replace(/\s+/g, ' ').trim();
+}
+
+/** Where an element is declared in its FileDescriptorProto: the path of its SourceCodeInfo location. */
+function sourcePath(desc: Commented): number[] {
+  switch (desc.kind) {
+    case 'service':
+      return [6 /* service */, desc.file.proto.service.indexOf(desc.proto)];
+    case 'rpc':
+      return [...sourcePath(desc.parent), 2 /* method */, desc.parent.proto.method.indexOf(desc.proto)];
+    case 'message':
+      return desc.parent
+        ? [...sourcePath(desc.parent), 3 /* nested_type */, desc.parent.proto.nestedType.indexOf(desc.proto)]
+        : [4 /* message_type */, desc.file.proto.messageType.indexOf(desc.proto)];
+    case 'enum':
+      return desc.parent
+        ? [...sourcePath(desc.parent), 4 /* enum_type */, desc.parent.proto.enumType.indexOf(desc.proto)]
+        : [5 /* enum_type */, desc.file.proto.enumType.indexOf(desc.proto)];
+    case 'field':
+      return [...sourcePath(desc.parent), 2 /* field */, desc.parent.proto.field.indexOf(desc.proto)];
+  }
 }
 
 function firstSentence(text: string): string {
@@ -199,11 +231,12 @@ function codesOf(status: number): ErrorCode[] {
 function errorSchema(): Schema {
   return {
     type: 'object',
+    description: 'A refused or failed call. gRPC and Connect carry the same code as the reason of a google.rpc.ErrorInfo detail.',
     properties: {
-      code: { type: 'string', enum: Object.keys(ERRORS) },
-      message: { type: 'string' },
-      requestId: { type: 'string' },
-      details: { type: 'object', additionalProperties: { type: 'string' } },
+      code: { type: 'string', description: 'The stable machine code of the error; clients branch on it.', enum: Object.keys(ERRORS) },
+      message: { type: 'string', description: 'What went wrong, for people; not stable.' },
+      requestId: { type: 'string', description: 'Id of the request, also in the x-request-id header and the service log.' },
+      details: { type: 'object', description: 'Facts of the error by name (the ErrorInfo metadata).', additionalProperties: { type: 'string' } },
     },
     required: ['code', 'message'],
   };

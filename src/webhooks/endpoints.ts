@@ -17,6 +17,7 @@ export interface ListedEndpoint {
   rotationStartedAtMs: number | null;
   rotationEndsAtMs: number | null;
   disabledAtMs: number | null;
+  pausedAtMs: number | null;
   createdAtMs: number;
 }
 
@@ -38,6 +39,7 @@ export async function endpointsPage(em: EntityManager, organizationId: string, c
       epochMs<number | null>('rotation_started_at').as('rotationStartedAtMs'),
       epochMs<number | null>('rotation_ends_at').as('rotationEndsAtMs'),
       epochMs<number | null>('disabled_at').as('disabledAtMs'),
+      epochMs<number | null>('paused_at').as('pausedAtMs'),
       epochMs('created_at').as('createdAtMs'),
     ])
     .where('organization_id', '=', organizationId);

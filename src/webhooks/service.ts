@@ -8,6 +8,10 @@ import type {
   TestWebhookResponse,
   DeleteWebhookRequest,
   ListWebhooksRequest,
+  PauseWebhookRequest,
+  PauseWebhookResponse,
+  ResumeWebhookRequest,
+  ResumeWebhookResponse,
   ListWebhooksResponse,
   RotateWebhookSecretRequest,
   RotateWebhookSecretResponse,
@@ -19,16 +23,16 @@ import type {
   WebhookEndpoint as EndpointMessage,
   WebhookService,
 } from '../gen/publishing/v1/webhook_service_pb';
-import { requireCustomer } from '../auth';
 import { auditedTransaction, noteAuditTarget } from '../audit';
+import { requireCustomer } from '../auth';
 import type { Logger } from '../config';
 import {
   OrganizationSchema,
   WebhookEndpointSchema,
-  LockMode,
   decodeCursor,
   entityManagerOf,
   isUuid,
+  LockMode,
   pageOf,
   pageSizeOf,
   type EntityManager,
@@ -44,6 +48,7 @@ import type { WebhookRateLimiter } from './rate-limit';
 import type { SecretBox } from '../secrets';
 import { overlapRunning } from '../signatures';
 import { DEFAULT_OVERLAP_SECONDS, newSecretFor, overlapSecondsOf, rotateSigningSecret, signatureSchemeOf } from './signing-secrets';
+import type { EventPublisher } from '../events';
 
 export interface WebhookServiceDeps {
   secrets: SecretBox;
@@ -51,6 +56,8 @@ export interface WebhookServiceDeps {
   /** Owner of the delivery rows. */
   deliveries: DeliveryRecords;
   engine: DeliveryEngine;
+  /** Records the `webhook.endpoint.paused` / `.resumed` events in the transaction of the change. */
+  events: Pick<EventPublisher, 'forChange'>;
   /** CIDRs exempt from the address check of endpoint URLs (tests only). */
   allowCidrs: string[];
   logger: Logger;
@@ -101,7 +108,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
     });
     return {
       $typeName: 'publishing.v1.CreateWebhookResponse',
-      endpoint: endpointMessage({ id, url, description, eventNames, signatureScheme, disabledAt: null, createdAt: now }, [], now.getTime()),
+      endpoint: endpointMessage({ id, url, description, eventNames, signatureScheme, disabledAt: null, pausedAt: null, createdAt: now }, [], now.getTime()),
       signingSecret,
     } satisfies CreateWebhookResponse;
   }
@@ -199,6 +206,56 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
     return { $typeName: 'publishing.v1.DeleteWebhookResponse', endpoint: endpointMessage(endpoint, [], this.deps.now()) } satisfies DeleteWebhookResponse;
   }
 
+  async pauseWebhook(req: PauseWebhookRequest, ctx: HandlerContext) {
+    return { $typeName: 'publishing.v1.PauseWebhookResponse', endpoint: await this.setPaused(req.id, true, ctx) } satisfies PauseWebhookResponse;
+  }
+
+  async resumeWebhook(req: ResumeWebhookRequest, ctx: HandlerContext) {
+    return { $typeName: 'publishing.v1.ResumeWebhookResponse', endpoint: await this.setPaused(req.id, false, ctx) } satisfies ResumeWebhookResponse;
+  }
+
+  /**
+   * Pauses or resumes an endpoint, with its platform event and audit event in the same
+   * transaction. A pause needs nothing more: every attempt checks the endpoint (records.ts)
+   * and holds its delivery as a kill switch would. A resume makes the held deliveries due
+   * and, once committed, wakes them (the embedded engine, or each Temporal workflow's
+   * release signal). Setting the state an endpoint is in already changes nothing.
+   */
+  private async setPaused(id: string, paused: boolean, ctx: HandlerContext): Promise<EndpointMessage> {
+    const principal = requireCustomer(ctx);
+    const em = entityManagerOf(ctx);
+    const events = this.deps.events.forChange();
+    const { endpoint, released } = await auditedTransaction(ctx, em, async (tx) => {
+      const endpoint = await this.endpoint(tx, principal.organizationId, id, LockMode.PESSIMISTIC_WRITE);
+      noteAuditTarget(ctx, endpoint.id);
+      if (endpoint.disabledAt) throw apiError('WEBHOOK_DISABLED', 'This endpoint is disabled; it can be neither paused nor resumed.');
+      if (Boolean(endpoint.pausedAt) === paused) return { endpoint, released: [] };
+      const at = new Date(this.deps.now());
+      endpoint.pausedAt = paused ? at : null;
+      const released = paused ? [] : await this.deps.deliveries.releaseHeldOfEndpoint(tx, principal.organizationId, endpoint.id);
+      noteAuditTarget(ctx, endpoint.id, paused ? {} : { releasedDeliveries: released.length });
+      const eventType = paused ? 'webhook.endpoint.paused' : 'webhook.endpoint.resumed';
+      await events.recordChange(tx, {
+        organizationId: principal.organizationId,
+        eventType,
+        subjectId: endpoint.id,
+        at,
+        // The endpoint the event is about is not told: paused, it would only hold the event.
+        exceptEndpointId: endpoint.id,
+        payload: { endpointId: endpoint.id, url: endpoint.url, [paused ? 'pausedAt' : 'resumedAt']: at.toISOString() },
+      });
+      return { endpoint, released };
+    });
+    await events.committed();
+    if (released.length > 0) {
+      // After the commit: waking Temporal workflows goes over the network. A delivery not woken goes when its interval ends.
+      await this.deps.engine.release(released).catch((error: unknown) => {
+        this.deps.logger.warn({ err: error, released: released.length }, 'could not wake every resumed delivery');
+      });
+    }
+    return endpointMessage(endpoint, [], this.deps.now());
+  }
+
   private async endpoint(em: EntityManager, organizationId: string, id: string, lockMode?: LockMode): Promise<WebhookEndpoint> {
     const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }, lockMode ? { lockMode } : {}) : null;
     if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
@@ -260,7 +317,7 @@ async function insertEndpoint(
  * `create()` to fill in, and connect-es takes a message as it is instead of copying it.
  */
 
-type ShownEndpoint = Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'signatureScheme' | 'disabledAt' | 'createdAt'> &
+type ShownEndpoint = Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'signatureScheme' | 'disabledAt' | 'pausedAt' | 'createdAt'> &
   Partial<Pick<WebhookEndpoint, 'previousSignatureScheme' | 'rotationStartedAt' | 'rotationEndsAt'>>;
 
 function endpointMessage(e: ShownEndpoint, recent: ListedDelivery[], now: number): EndpointMessage {
@@ -275,6 +332,7 @@ function endpointMessage(e: ShownEndpoint, recent: ListedDelivery[], now: number
       rotationStartedAtMs: e.rotationStartedAt ? e.rotationStartedAt.getTime() : null,
       rotationEndsAtMs: e.rotationEndsAt ? e.rotationEndsAt.getTime() : null,
       disabledAtMs: e.disabledAt ? e.disabledAt.getTime() : null,
+      pausedAtMs: e.pausedAt ? e.pausedAt.getTime() : null,
       createdAtMs: e.createdAt.getTime(),
     },
     recent,
@@ -295,6 +353,8 @@ function listedEndpointMessage(e: ListedEndpoint, recent: ListedDelivery[], now:
     recentDeliveries: recent.map(deliveryMessage),
     signatureScheme: e.signatureScheme,
     secretRotation: secretRotationMessage(e, now),
+    state: endpointState(e),
+    pausedAt: e.pausedAtMs === null || e.disabledAtMs !== null ? undefined : timestampOf(e.pausedAtMs),
   };
 }
 
@@ -307,6 +367,12 @@ function secretRotationMessage(e: ListedEndpoint, now: number): SecretRotation |
     endsAt: timestampOf(e.rotationEndsAtMs!),
     previousSignatureScheme: e.previousSignatureScheme,
   };
+}
+
+/** What an endpoint does with its deliveries: a disabled one, even if it was paused before, sends nothing ever again. */
+function endpointState(e: Pick<ListedEndpoint, 'disabledAtMs' | 'pausedAtMs'>): 'active' | 'paused' | 'disabled' {
+  if (e.disabledAtMs !== null) return 'disabled';
+  return e.pausedAtMs === null ? 'active' : 'paused';
 }
 
 function deliveryMessage(d: ListedDelivery): DeliveryMessage {

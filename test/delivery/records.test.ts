@@ -749,3 +749,65 @@ describe('listDeadLetters', () => {
     expect([...page1, ...page2].map((l) => l.deliveryId)).toEqual(all.map((l) => l.deliveryId));
   });
 });
+
+describe('a paused endpoint', () => {
+  /** Pauses (or resumes) an endpoint as the webhook service does: its paused_at. */
+  async function setPaused(endpointId: string, paused: boolean): Promise<void> {
+    await em().execute('update webhook_endpoints set paused_at = ? where id = ?', [paused ? new Date(clock) : null, endpointId]);
+  }
+
+  it('holds its delivery without using an attempt, and only its own: another endpoint of the organization sends', async () => {
+    const { ref, organizationId, endpointId } = await fresh();
+    const { id: other } = await endpoint(orm, organizationId);
+    const sibling = await recordDelivery(orm, records, organizationId, other);
+    await setPaused(endpointId, true);
+    expect(await records.beginAttempt(em(), ref)).toEqual({ kind: 'held', sent: 0 });
+    expect(await storedAttempts(orm, ref.deliveryId)).toEqual([]);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'held', attempt_count: 0, next_attempt_at: T0 + RETRY_INTERVAL_MS });
+    expect(await records.beginAttempt(em(), sibling)).toMatchObject({ kind: 'send', attempt: 1 });
+  });
+
+  it('holds its delivery in the claim, leaving it unleased', async () => {
+    const { ref, endpointId } = await fresh();
+    await setPaused(endpointId, true);
+    const claimed = await records.claimDue(em(), { owner: 'a', limit: 100, leaseMs: 15_000, busy: [] });
+    expect(claimed.filter((c) => c.ref.deliveryId === ref.deliveryId)).toEqual([{ ref, start: { kind: 'held', sent: 0 } }]);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'held', lease_owner: null });
+  });
+
+  it('refuses the dispatch of an attempt begun before the pause: nothing is sent, nothing counted', async () => {
+    const { ref, endpointId } = await fresh();
+    const start = await records.beginAttempt(em(), ref);
+    if (start.kind !== 'send') throw new Error('not sendable');
+    await setPaused(endpointId, true);
+    expect(await records.markDispatched(em(), ref, start.attempt, start.startedAt)).toBe(false);
+    expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ dispatched_at: null })]);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ attempt_count: 0 });
+  });
+
+  it('keeps the attempts a delivery made before the pause, and sends the next after the resume', async () => {
+    const { ref, endpointId } = await fresh();
+    await failTimes(ref, 2);
+    await setPaused(endpointId, true);
+    clock += RETRY_INTERVAL_MS;
+    expect(await records.beginAttempt(em(), ref)).toEqual({ kind: 'held', sent: 2 });
+    await setPaused(endpointId, false);
+    clock += 500;
+    expect(await records.releaseHeldOfEndpoint(em(), ref.organizationId, endpointId)).toEqual([{ deliveryId: ref.deliveryId, workflowId: expect.stringContaining(ref.eventId) }]);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'held', attempt_count: 2, next_attempt_at: clock });
+    expect(await records.beginAttempt(em(), ref)).toMatchObject({ kind: 'send', attempt: 3 });
+  });
+
+  it("releaseHeldOfEndpoint releases that endpoint's held deliveries only, and only in its organization", async () => {
+    const a = await fresh();
+    const { id: other } = await endpoint(orm, a.organizationId);
+    const sibling = await recordDelivery(orm, records, a.organizationId, other);
+    await records.hold(em(), a.ref);
+    await records.hold(em(), sibling);
+    clock += 1000;
+    expect(await records.releaseHeldOfEndpoint(em(), randomUUID(), a.endpointId)).toEqual([]);
+    expect((await records.releaseHeldOfEndpoint(em(), a.organizationId, a.endpointId)).map((r) => r.deliveryId)).toEqual([a.ref.deliveryId]);
+    expect(await storedDelivery(orm, a.ref.deliveryId)).toMatchObject({ status: 'held', next_attempt_at: T0 + 1000 });
+    expect(await storedDelivery(orm, sibling.deliveryId)).toMatchObject({ status: 'held', next_attempt_at: T0 + RETRY_INTERVAL_MS });
+  });
+});

@@ -11,6 +11,7 @@ import { ERRORS } from '../../src/errors';
 import { file_google_api_annotations } from '../../src/gen/google/api/annotations_pb';
 import { file_publishing_v1_access } from '../../src/gen/publishing/v1/access_pb';
 import { file_publishing_v1_webhook_service } from '../../src/gen/publishing/v1/webhook_service_pb';
+import { generatedOpenApi } from '../../scripts/openapi-document';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { rest } from '../support/clients';
 import { approveSandboxAccount } from '../support/connections';
@@ -25,12 +26,14 @@ interface Operation {
 interface OpenApi {
   openapi: string;
   info: { title: string; version: string };
+  tags: { name: string; description?: string }[];
   paths: Record<string, Record<string, Operation>>;
   components: { schemas: Record<string, Json>; responses: Record<string, Json>; securitySchemes: Record<string, Json> };
 }
 
 const GENERATED = path.resolve(__dirname, '../../src/gen/openapi.json');
-const doc = buildOpenApi(PUBLIC_SERVICES) as OpenApi;
+/** The document as `npm run generate` builds it: from `buf build` descriptors, which keep the proto comments. */
+const doc = generatedOpenApi() as OpenApi;
 const operations = Object.entries(doc.paths).flatMap(([template, item]) =>
   Object.entries(item).map(([verb, operation]) => ({ verb: verb.toUpperCase(), template, operation })),
 );
@@ -125,27 +128,38 @@ describe('the generated document', () => {
 
   it('maps proto3 JSON as toJson writes it', () => {
     const schemas = doc.components.schemas;
+    const described = expect.any(String);
     expect(schemas['publishing.v1.StartConnectionResponse']).toEqual({
       type: 'object',
-      properties: { redirectUrl: { type: 'string' }, state: { type: 'string' }, expiresAt: { type: 'string', format: 'date-time' } },
+      description: described,
+      properties: {
+        redirectUrl: { type: 'string', description: described },
+        state: { type: 'string', description: described },
+        expiresAt: { type: 'string', format: 'date-time', description: described },
+      },
     });
     expect(schemas['publishing.v1.WebhookEndpoint']?.properties).toMatchObject({
       eventNames: { type: 'array', items: { type: 'string' } },
       disabled: { type: 'boolean' },
       recentDeliveries: { type: 'array', items: { $ref: '#/components/schemas/publishing.v1.WebhookDelivery' } },
     });
-    expect(schemas['publishing.v1.WebhookDelivery']?.properties.attemptCount).toEqual({ type: 'integer', format: 'int32' });
+    expect(schemas['publishing.v1.WebhookDelivery']?.properties.attemptCount).toEqual({ type: 'integer', format: 'int32', description: described });
     // toJson leaves out default values, so nothing can be required.
     expect(Object.values(schemas).filter((s) => s.required && s !== schemas.Error)).toEqual([]);
   });
 
   it('binds query parameters on body-less routes and leaves path fields out of bodies', () => {
+    const described = expect.any(String);
     expect(doc.paths['/api/v1/connections']?.get?.parameters).toEqual([
-      { name: 'pageSize', in: 'query', schema: { type: 'integer', format: 'int32' } },
-      { name: 'pageToken', in: 'query', schema: { type: 'string' } },
+      { name: 'pageSize', in: 'query', description: described, schema: { type: 'integer', format: 'int32', description: described } },
+      { name: 'pageToken', in: 'query', description: described, schema: { type: 'string', description: described } },
     ]);
     const confirm = doc.paths['/api/v1/connections/{id}/confirm']?.post as Json;
-    expect(confirm.requestBody.content['application/json'].schema).toEqual({ type: 'object', properties: { confirmIdentity: { type: 'boolean' } } });
+    expect(confirm.requestBody.content['application/json'].schema).toEqual({
+      type: 'object',
+      description: described,
+      properties: { confirmIdentity: { type: 'boolean', description: described } },
+    });
     expect(doc.paths['/api/v1/webhooks']?.post?.requestBody).toEqual({
       content: { 'application/json': { schema: { $ref: '#/components/schemas/publishing.v1.CreateWebhookRequest' } } },
     });
@@ -169,6 +183,46 @@ describe('the generated document', () => {
     // Without source code info the summary is the method name and there is no description.
     expect(withComments.paths['/api/v1/webhooks']?.post).toMatchObject({ summary: 'CreateWebhook' });
     expect(withComments.paths['/api/v1/webhooks']?.post?.description).toBeUndefined();
+  });
+
+  it('describes every operation, parameter, schema and field with its proto comment', () => {
+    const undescribed: string[] = [];
+    for (const { verb, template, operation } of operations) {
+      const where = `${verb} ${template}`;
+      const description = operation.description as string | undefined;
+      if (!description) undescribed.push(`${where}: description`);
+      // The summary is the comment's first sentence, never the RPC's name.
+      if (!description || !description.startsWith(operation.summary as string) || operation.summary === operation.operationId.split('_')[1]) undescribed.push(`${where}: summary`);
+      for (const parameter of operation.parameters ?? []) {
+        if (!(parameter as Json).description) undescribed.push(`${where}: parameter ${parameter.name}`);
+      }
+      if (!operation.responses['200']?.description) undescribed.push(`${where}: 200 response`);
+    }
+    for (const [name, schema] of Object.entries(doc.components.schemas)) {
+      if (!schema.description) undescribed.push(`schema ${name}`);
+      for (const [field, property] of Object.entries<Json>(schema.properties ?? {})) {
+        if (!property.description) undescribed.push(`schema ${name}: ${field}`);
+      }
+    }
+    for (const [name, response] of Object.entries(doc.components.responses)) {
+      if (!response.description) undescribed.push(`response ${name}`);
+    }
+    expect(undescribed).toEqual([]);
+  });
+
+  it("carries the proto's own words", () => {
+    const pause = doc.paths['/api/v1/webhooks/{id}/pause']?.post as Json;
+    expect(pause.summary).toBe('Pauses an active endpoint: its deliveries, in flight and new, are recorded and held without using an attempt until it is resumed.');
+    expect(pause.description).toMatch(/^Pauses an active endpoint: .* Publishes webhook\.endpoint\.paused to the organization's other endpoints subscribed to it\.$/);
+    expect(pause.parameters).toEqual([{ name: 'id', in: 'path', description: "Id of one of the organization's endpoints.", required: true, schema: expect.any(Object) }]);
+    expect(doc.components.schemas['publishing.v1.WebhookEndpoint']?.properties.url.description).toBe('https URL deliveries are POSTed to.');
+    expect(doc.tags.find((tag) => tag.name === 'WebhookService')?.description).toMatch(/^Registers HTTPS webhook endpoints/);
+  });
+
+  it('documents the routes of the services the server serves', () => {
+    const served = buildOpenApi(PUBLIC_SERVICES) as OpenApi;
+    const routes = (d: OpenApi) => Object.entries(d.paths).flatMap(([template, item]) => Object.entries(item).map(([verb, op]) => `${verb} ${template} ${op.operationId}`));
+    expect(routes(doc).sort()).toEqual(routes(served).sort());
   });
 
   it('matches src/gen/openapi.json (regenerate with npm run generate)', () => {
@@ -255,6 +309,8 @@ describe('the served REST API', () => {
     const webhooks = await call('GET', '/api/v1/webhooks', 200);
     expect(webhooks.endpoints[0].recentDeliveries).toHaveLength(1);
     expect(webhooks.endpoints[0]).toMatchObject({ description: 'renamed', signatureScheme: 'legacy', secretRotation: rotated.endpoint.secretRotation });
+    expect((await call('POST', '/api/v1/webhooks/{id}/pause', 200, { params: { id: webhookId } })).endpoint.state).toBe('paused');
+    expect((await call('POST', '/api/v1/webhooks/{id}/resume', 200, { params: { id: webhookId } })).endpoint.state).toBe('active');
     await call('DELETE', '/api/v1/webhooks/{id}', 200, { params: { id: webhookId } });
 
     // A route added later needs a call here too.

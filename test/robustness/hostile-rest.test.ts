@@ -72,6 +72,8 @@ const ROUTES: RouteSpec[] = [
   { verb: 'DELETE', template: '/api/v1/webhooks/{id}', reads: false },
   { verb: 'PATCH', template: '/api/v1/webhooks/{id}', reads: false },
   { verb: 'POST', template: '/api/v1/webhooks/{id}/rotate-secret', reads: false },
+  { verb: 'POST', template: '/api/v1/webhooks/{id}/pause', reads: false },
+  { verb: 'POST', template: '/api/v1/webhooks/{id}/resume', reads: false },
   { verb: 'POST', template: '/api/v1/posts', reads: false },
   { verb: 'GET', template: '/api/v1/posts', reads: true },
 ];
@@ -414,7 +416,15 @@ function cases(maxBytes: number): fc.Arbitrary<CaseSpec> {
 
 const CONNECTABLE = ['instagram', 'facebook', 'linkedin', 'youtube'];
 /** Routes whose calls are audited once the caller is authenticated, refusals included. */
-const AUDITED_ROUTES = ['/api/v1/connections/start', '/api/v1/connections/complete', '/api/v1/connections/{id}/confirm', '/api/v1/connections/{id}/disable', '/api/v1/connections/{connection_id}/release'];
+const AUDITED_ROUTES = [
+  '/api/v1/connections/start',
+  '/api/v1/connections/complete',
+  '/api/v1/connections/{id}/confirm',
+  '/api/v1/connections/{id}/disable',
+  '/api/v1/connections/{connection_id}/release',
+  '/api/v1/webhooks/{id}/pause',
+  '/api/v1/webhooks/{id}/resume',
+];
 /**
  * Refusals that are not audited: of a path or method that names no RPC, of the caller
  * itself (there is no one to record), and of bytes the HTTP parser cannot read (no route or

@@ -30,6 +30,17 @@ export function client<T extends DescService>(service: T, baseUrl: string, name:
   return createClient(service, transport(baseUrl, name, apiKey));
 }
 
+/** The gRPC code and ErrorInfo reason a call failed with; throws when it did not fail. */
+export async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined }> {
+  try {
+    await call;
+  } catch (error) {
+    const e = ConnectError.from(error);
+    return { code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
+  }
+  throw new Error('expected the call to fail');
+}
+
 /** Sends a request for a path (with its query) to an app; the path is resolved on the app's origin. */
 export type AppFetch = (path: string, init?: RequestInit) => Promise<Response>;
 
@@ -70,15 +81,4 @@ export async function restVia(send: AppFetch, method: string, path: string, opti
     // Non-JSON bodies are returned as text for the assertion to show.
   }
   return { status: response.status, body: parsed, headers: response.headers };
-}
-
-/** How an RPC was refused: its gRPC code and the stable code its ErrorInfo carries. */
-export async function failureOf(call: Promise<unknown>): Promise<{ code: Code; reason: string | undefined }> {
-  try {
-    await call;
-  } catch (error) {
-    const e = ConnectError.from(error);
-    return { code: e.code, reason: e.findDetails(ErrorInfoSchema)[0]?.reason };
-  }
-  throw new Error('expected the call to fail');
 }

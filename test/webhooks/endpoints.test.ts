@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Code } from '@connectrpc/connect';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
-import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { failureOf } from '../support/clients';
+import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
 
 let t: TestApp;
 beforeAll(async () => {
