@@ -10,6 +10,7 @@ import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Mig
 import { Migration20261124100000ServiceRole } from './migrations/Migration20261124100000ServiceRole';
 import { Migration20261124110000ConnectionsTable } from './migrations/Migration20261124110000ConnectionsTable';
 import { Migration20261124200000Events } from './migrations/Migration20261124200000Events';
+import { Migration20261126000000DeliveryRecovery } from './migrations/Migration20261126000000DeliveryRecovery';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -22,6 +23,7 @@ const MIGRATIONS = [
   { name: 'Migration20261124100000ServiceRole', class: Migration20261124100000ServiceRole },
   { name: 'Migration20261124110000ConnectionsTable', class: Migration20261124110000ConnectionsTable },
   { name: 'Migration20261124200000Events', class: Migration20261124200000Events },
+  { name: 'Migration20261126000000DeliveryRecovery', class: Migration20261126000000DeliveryRecovery },
 ];
 
 /**
