@@ -18,10 +18,8 @@ import { requireCustomer } from '../auth';
 import type { Logger } from '../config';
 import {
   OrganizationSchema,
-  WebhookEndpointSchema,
   decodeCursor,
   entityManagerOf,
-  isUuid,
   pageOf,
   pageSizeOf,
   type EntityManager,
@@ -30,7 +28,7 @@ import {
 import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
-import { endpointsPage, type ListedEndpoint } from './endpoints';
+import { endpointsPage, organizationEndpoint, type ListedEndpoint } from './endpoints';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
@@ -50,7 +48,11 @@ export interface WebhookServiceDeps {
 
 const MAX_DESCRIPTION_LENGTH = 500;
 
-export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
+/**
+ * The endpoint routes of WebhookService. The delivery log, resends and recoveries are the
+ * recovery module's (src/recovery); the routes put both behind the one service.
+ */
+export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookService>> {
   constructor(private readonly deps: WebhookServiceDeps) {}
 
   async listWebhooks(req: ListWebhooksRequest, ctx: HandlerContext): Promise<ListWebhooksResponse> {
@@ -146,9 +148,7 @@ export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
   }
 
   private async endpoint(em: EntityManager, organizationId: string, id: string): Promise<WebhookEndpoint> {
-    const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }) : null;
-    if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
-    return endpoint;
+    return organizationEndpoint(em, organizationId, id);
   }
 }
 
@@ -195,7 +195,7 @@ function listedEndpointMessage(e: ListedEndpoint, recent: ListedDelivery[]): End
   };
 }
 
-function deliveryMessage(d: ListedDelivery): DeliveryMessage {
+export function deliveryMessage(d: ListedDelivery): DeliveryMessage {
   return {
     $typeName: 'publishing.v1.WebhookDelivery',
     id: d.id,
@@ -218,7 +218,7 @@ function deliveryMessage(d: ListedDelivery): DeliveryMessage {
  * As Protobuf-ES's timestampFromMs (whole seconds down, the rest as nanoseconds), as a message
  * literal: timestampFromMs goes through create(), and a list answers with up to 250 deliveries.
  */
-function timestampOf(ms: number): Timestamp {
+export function timestampOf(ms: number): Timestamp {
   const seconds = Math.floor(ms / 1000);
   return { $typeName: 'google.protobuf.Timestamp', seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
 }
