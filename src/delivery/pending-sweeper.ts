@@ -43,7 +43,7 @@ export class PendingDeliverySweeper {
     const cutoff = new Date((this.options.now ?? Date.now)() - this.options.olderThanMs);
     const pending = await this.options.records.pendingSince(this.options.orm.em.fork(), cutoff, 500);
     for (const { eventType, url, series, ...ref } of pending) {
-      await this.options.engine.start(ref, { eventType, targetHost: new URL(url).host, series });
+      await this.options.engine.start(ref, { eventType, targetHost: new URL(url).host, ...(series > 1 && { series }) });
     }
     return pending.length;
   }

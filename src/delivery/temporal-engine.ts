@@ -63,7 +63,8 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
           eventId: ref.eventId,
           eventType: meta.eventType,
           targetHost: meta.targetHost,
-          series: meta.series ?? 1,
+          // A resend's series only: a first series' memo stays as it always was.
+          ...(meta.series && meta.series > 1 && { series: meta.series }),
         },
         ...(this.options.searchAttributes && { typedSearchAttributes: searchAttributesFor(ref) }),
       }));

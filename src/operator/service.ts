@@ -23,7 +23,7 @@ import {
 import { appendAuditEvent, queryAuditEvents } from '../audit';
 import { setMonthlyDeliveryQuota } from '../auth';
 import { OrganizationSchema, WebhookEndpointSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
-import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState } from '../delivery';
+import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState, type ListedDelivery } from '../delivery';
 import { recoverAnswerMessage, recoveryMessage, type AuditedChange, type DeliveryRecovery } from '../recovery';
 import { organizationEndpoint } from '../webhooks';
 import type { EventPublisher } from '../events';
@@ -159,7 +159,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     if (byId ? !isUuid(req.deliveryId) : !isUuid(req.endpointId)) throw notFound();
     const view = await this.deps.deliveries.lookup(em, byId ? { deliveryId: req.deliveryId } : { endpointId: req.endpointId, eventId: req.eventId });
     if (!view) throw notFound();
-    return { delivery: deliveryRecordOf(view) };
+    return { delivery: deliveryRecordOf(view, view) };
   }
 
   async resendDelivery(req: ResendDeliveryRequest, ctx: HandlerContext) {
@@ -172,7 +172,8 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
       { organizationId: found.organizationId, endpoint, deliveryId: found.id },
       this.audited(ctx, { organizationId: found.organizationId, action: 'operator.delivery.resend', targetId: found.id, details: { endpointId: found.endpointId } }),
     );
-    return { delivery: deliveryRecordOf((await this.deps.deliveries.lookup(em, { deliveryId: found.id }))!) };
+    const view = (await this.deps.deliveries.lookup(em, { deliveryId: found.id }))!;
+    return { delivery: deliveryRecordOf(view, view) };
   }
 
   async recoverDeliveries(req: RecoverDeliveriesRequest, ctx: HandlerContext) {
@@ -230,23 +231,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
         publisher: event.publisher,
         skippedReason: event.skippedReason ?? '',
       }),
-      deliveries: event.deliveries.map((d) =>
-        create(DeliveryRecordSchema, {
-          deliveryId: d.id,
-          organizationId: event.organizationId,
-          endpointId: d.endpointId,
-          eventId: d.eventId,
-          eventType: d.eventType,
-          status: d.status,
-          attemptCount: d.attemptCount,
-          nextAttemptAt: d.nextAttemptAtMs === null ? undefined : timestampFromMs(d.nextAttemptAtMs),
-          lastError: d.lastError ?? '',
-          workflowId: d.workflowId,
-          deadLettered: d.status === 'dead_lettered',
-          deliveredAt: d.deliveredAtMs === null ? undefined : timestampFromMs(d.deliveredAtMs),
-          createdAt: timestampFromMs(d.createdAtMs),
-        }),
-      ),
+      deliveries: event.deliveries.map((d) => deliveryRecordOf({ ...d, organizationId: event.organizationId }, null)),
     };
   }
 
@@ -283,8 +268,11 @@ function killSwitchMessage(state: KillSwitchState) {
   });
 }
 
-/** A delivery with every attempt of every series, as operators see it. */
-function deliveryRecordOf(view: DeliveryView) {
+/**
+ * A delivery as operators see it; with `lookup` (GetDelivery, a resend) every attempt of
+ * every series and its dead-letter time, without (an event's deliveries) only the row.
+ */
+function deliveryRecordOf(view: ListedDelivery & { organizationId: string }, lookup: Pick<DeliveryView, 'attempts' | 'deadLetteredAt'> | null) {
   return create(DeliveryRecordSchema, {
     deliveryId: view.id,
     organizationId: view.organizationId,
@@ -296,11 +284,11 @@ function deliveryRecordOf(view: DeliveryView) {
     nextAttemptAt: view.nextAttemptAtMs === null ? undefined : timestampFromMs(view.nextAttemptAtMs),
     lastError: view.lastError ?? '',
     workflowId: view.workflowId,
-    deadLettered: view.deadLetteredAt !== null,
-    deadLetteredAt: view.deadLetteredAt ? timestampFromDate(view.deadLetteredAt) : undefined,
+    deadLettered: lookup ? lookup.deadLetteredAt !== null : view.status === 'dead_lettered',
+    deadLetteredAt: lookup?.deadLetteredAt ? timestampFromDate(lookup.deadLetteredAt) : undefined,
     deliveredAt: view.deliveredAtMs === null ? undefined : timestampFromMs(view.deliveredAtMs),
     createdAt: timestampFromMs(view.createdAtMs),
-    attempts: view.attempts.map((a) =>
+    attempts: (lookup?.attempts ?? []).map((a) =>
       create(DeliveryAttemptSchema, {
         series: a.series,
         attempt: a.attempt,
