@@ -188,10 +188,19 @@ export const WebhookDeliverySchema = defineEntity({
     /** Embedded engine: which instance holds the lease. */
     leaseOwner: p.text().nullable(),
     deliveredAt: p.datetime().nullable(),
+    /** The series of attempts the delivery is in: 1, and one more for each resend. */
+    series: p.integer(),
     ...timestamps,
   },
 });
 export type WebhookDelivery = InferEntity<typeof WebhookDeliverySchema>;
+
+/** Kinds of attempt failure, as the delivery log shows them. */
+export const ATTEMPT_ERROR_CLASSES = ['http_status', 'timeout', 'tls', 'dns', 'connection', 'address_refused', 'invalid_url', 'interrupted'] as const;
+export type AttemptErrorClass = (typeof ATTEMPT_ERROR_CLASSES)[number];
+
+/** Characters of a receiver's answer kept with an attempt (the column's check says the same). */
+export const RESPONSE_EXCERPT_LENGTH = 1024;
 
 /**
  * One attempt of a delivery. The row is written before anything leaves; `dispatchedAt`
@@ -204,12 +213,18 @@ export const DeliveryAttemptSchema = defineEntity({
   tableName: 'delivery_attempts',
   properties: {
     deliveryId: p.uuid().primary(),
+    /** Attempts are numbered 1 to 8 within their series (a resend starts a new one). */
+    series: p.integer().primary(),
     attempt: p.integer().primary(),
     startedAt: p.datetime(),
     dispatchedAt: p.datetime().nullable(),
     finishedAt: p.datetime().nullable(),
     responseStatus: p.integer().nullable(),
     error: p.text().nullable(),
+    /** Why a failed attempt failed, by kind (ATTEMPT_ERROR_CLASSES). */
+    errorClass: p.enum(ATTEMPT_ERROR_CLASSES).nullable(),
+    /** The start of the receiver's answer, at most RESPONSE_EXCERPT_LENGTH characters. */
+    responseExcerpt: p.text().nullable(),
   },
 });
 export type DeliveryAttempt = InferEntity<typeof DeliveryAttemptSchema>;
@@ -291,6 +306,43 @@ export const EventSchema = defineEntity({
 });
 export type Event = InferEntity<typeof EventSchema>;
 
+export const RECOVERY_STATES = ['queued', 'running', 'finished', 'stopped'] as const;
+export type RecoveryState = (typeof RECOVERY_STATES)[number];
+
+/**
+ * A recovery job: resends an endpoint's dead-lettered and failed deliveries of a window,
+ * paced, in the background. The cursor (afterCreatedAt, afterId) is how far it got, so a
+ * restarted service goes on where it stopped and resends nothing twice.
+ */
+export const RecoveryJobSchema = defineEntity({
+  name: 'RecoveryJob',
+  tableName: 'recovery_jobs',
+  properties: {
+    id: id(),
+    organizationId: p.uuid(),
+    endpointId: p.uuid(),
+    since: p.datetime(),
+    until: p.datetime(),
+    /** The until the request gave (null: none, so now); the window's identity. */
+    requestedUntil: p.datetime().nullable(),
+    state: p.enum(RECOVERY_STATES),
+    found: p.integer(),
+    resent: p.integer(),
+    stoppedReason: p.text().nullable(),
+    afterCreatedAt: p.datetime().nullable(),
+    afterId: p.uuid().nullable(),
+    /** When the next paced batch may go out. */
+    nextBatchAt: p.datetime(),
+    /** user:<id> or operator. */
+    requestedBy: p.text(),
+    createdAt: p.datetime(),
+    startedAt: p.datetime().nullable(),
+    finishedAt: p.datetime().nullable(),
+    updatedAt: p.datetime(),
+  },
+});
+export type RecoveryJob = InferEntity<typeof RecoveryJobSchema>;
+
 export const AUDIT_OUTCOMES = ['succeeded', 'refused', 'failed'] as const;
 export type AuditOutcome = (typeof AUDIT_OUTCOMES)[number];
 
@@ -330,4 +382,5 @@ export const ENTITIES = [
   RateLimitSchema,
   AuditEventSchema,
   EventSchema,
+  RecoveryJobSchema,
 ];

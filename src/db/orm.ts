@@ -10,6 +10,7 @@ import { Migration20261124000000DeliveryAttemptDispatch } from './migrations/Mig
 import { Migration20261124100000ServiceRole } from './migrations/Migration20261124100000ServiceRole';
 import { Migration20261124110000ConnectionsTable } from './migrations/Migration20261124110000ConnectionsTable';
 import { Migration20261124200000Events } from './migrations/Migration20261124200000Events';
+import { Migration20261126000000DeliveryRecovery } from './migrations/Migration20261126000000DeliveryRecovery';
 import { Migration20261126000000EndpointPause } from './migrations/Migration20261126000000EndpointPause';
 import { Migration20261126000000SigningSchemes } from './migrations/Migration20261126000000SigningSchemes';
 
@@ -24,6 +25,7 @@ const MIGRATIONS = [
   { name: 'Migration20261124100000ServiceRole', class: Migration20261124100000ServiceRole },
   { name: 'Migration20261124110000ConnectionsTable', class: Migration20261124110000ConnectionsTable },
   { name: 'Migration20261124200000Events', class: Migration20261124200000Events },
+  { name: 'Migration20261126000000DeliveryRecovery', class: Migration20261126000000DeliveryRecovery },
   { name: 'Migration20261126000000EndpointPause', class: Migration20261126000000EndpointPause },
   { name: 'Migration20261126000000SigningSchemes', class: Migration20261126000000SigningSchemes },
 ];

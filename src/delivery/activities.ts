@@ -1,12 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
-import { type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
+import { RESPONSE_EXCERPT_LENGTH, type AttemptErrorClass, type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
 import type { Logger, Config } from '../config';
 import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
-import { OutboundError, createOutboundClient, type OutboundClient } from '../outbound';
+import { OutboundError, createOutboundClient, type OutboundClient, type OutboundErrorKind } from '../outbound';
 import { deliveryHeaders, overlapRunning, type DeliverySigning } from '../signatures';
 import { DeliveryRecords, type AttemptKey, type AttemptResultRecord, type AttemptStart, type RecordedOutcome } from './records';
 import { GroupCommit } from './group-commit';
@@ -45,6 +45,25 @@ export type AttemptResult =
   | { kind: 'superseded' }
   /** A failure of ours no retry can fix: the delivery is dead-lettered with `reason`, no attempt used. */
   | { kind: 'abandoned'; reason: string };
+
+/** The class of a failed attempt's outbound error, as the delivery log shows it (`aborted` after sending: the connection broke). */
+const ERROR_CLASS_OF: Record<OutboundErrorKind, AttemptErrorClass> = {
+  invalid_url: 'invalid_url',
+  blocked_address: 'address_refused',
+  dns: 'dns',
+  timeout: 'timeout',
+  tls: 'tls',
+  connection: 'connection',
+  aborted: 'connection',
+  not_sent: 'connection',
+};
+
+/** The start of a receiver's answer as stored with its attempt: text, cut to the column's bound. */
+function excerptOf(body: Buffer): string | null {
+  if (body.length === 0) return null;
+  // Four bytes per character at most: decoding this much always yields enough characters.
+  return body.subarray(0, RESPONSE_EXCERPT_LENGTH * 4).toString('utf8').slice(0, RESPONSE_EXCERPT_LENGTH);
+}
 
 /** Backoff while PostgreSQL is unreachable: short at first, never longer than a heartbeat interval. */
 const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS] as const;
@@ -136,6 +155,8 @@ export class DeliveryAttempts {
       let refusedBeforeSend = false;
       let status: number | null = null;
       let error: string | null = null;
+      let errorClass: AttemptErrorClass | null = null;
+      let excerpt: string | null = null;
       try {
         const response = await this.deps.outbound.post(start.url, headers, start.payload, {
           signal: liveness.signal,
@@ -146,7 +167,11 @@ export class DeliveryAttempts {
           },
         });
         status = response.status;
-        if (status < 200 || status >= 300) error = `The endpoint answered HTTP ${status}.`;
+        excerpt = excerptOf(response.body);
+        if (status < 200 || status >= 300) {
+          error = `The endpoint answered HTTP ${status}.`;
+          errorClass = 'http_status';
+        }
       } catch (cause) {
         if (!(cause instanceof OutboundError)) throw cause;
         if (cause.kind === 'not_sent') {
@@ -158,10 +183,11 @@ export class DeliveryAttempts {
         }
         if (cause.kind === 'aborted' && !cause.dispatched) throw new CancelledFailure('The attempt was cancelled before its request was sent.');
         error = cause.message;
+        errorClass = ERROR_CLASS_OF[cause.kind];
       }
 
       // The outcome is real from here on: keep it until PostgreSQL takes it, whatever else happens.
-      const recorded = await this.untilRecorded(() => this.outcomes.submit({ ref, attempt: start.attempt, startedAt: start.startedAt, status, error }));
+      const recorded = await this.untilRecorded(() => this.outcomes.submit({ ref, attempt: start.attempt, startedAt: start.startedAt, status, error, errorClass, excerpt }));
       if (recorded.kind === 'superseded') {
         this.deps.logger.warn({ deliveryId: ref.deliveryId, attempt: start.attempt }, 'delivery attempt outcome superseded by another executor');
         return recorded;

@@ -38,6 +38,8 @@ export interface DeliveryMeta {
   eventType: string;
   /** Host of the endpoint URL, never the path or query (they may carry tokens). */
   targetHost: string;
+  /** The delivery's series of attempts (a resend starts the next); 1 when absent. */
+  series?: number;
 }
 
 /** Starts deliveries. Starting the same delivery twice is a no-op. */

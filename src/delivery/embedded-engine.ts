@@ -51,9 +51,9 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
     this.wake();
   }
 
-  async start(ref: DeliveryRef, _meta: DeliveryMeta): Promise<{ workflowId: string }> {
+  async start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }> {
     this.wake();
-    return { workflowId: workflowIdFor(ref) };
+    return { workflowId: workflowIdFor(ref, meta.series) };
   }
 
   /** The rows are due already; look for them now rather than at the next poll. */

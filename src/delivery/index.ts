@@ -15,6 +15,7 @@ export {
   RECENT_DELIVERIES,
   OPEN_STATUSES,
   FINAL_STATUSES,
+  RECOVERABLE_STATUSES,
   INTERRUPTED_ATTEMPT,
   type ListedDelivery,
   type NewDelivery,
@@ -31,6 +32,8 @@ export {
   type AttemptStart,
   type ClaimOptions,
   type ClaimedDelivery,
+  type DeliveryLogFilter,
+  type DeliveryWindow,
 } from './records';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient, DELIVERY_SEARCH_ATTRIBUTES } from './temporal-engine';

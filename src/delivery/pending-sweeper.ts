@@ -42,8 +42,8 @@ export class PendingDeliverySweeper {
   async sweep(): Promise<number> {
     const cutoff = new Date((this.options.now ?? Date.now)() - this.options.olderThanMs);
     const pending = await this.options.records.pendingSince(this.options.orm.em.fork(), cutoff, 500);
-    for (const { eventType, url, ...ref } of pending) {
-      await this.options.engine.start(ref, { eventType, targetHost: new URL(url).host });
+    for (const { eventType, url, series, ...ref } of pending) {
+      await this.options.engine.start(ref, { eventType, targetHost: new URL(url).host, ...(series > 1 && { series }) });
     }
     return pending.length;
   }

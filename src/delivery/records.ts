@@ -3,6 +3,8 @@ import { sql, type Expression, type Kysely, type RawBuilder } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import {
   epochMs,
+  RESPONSE_EXCERPT_LENGTH,
+  type AttemptErrorClass,
   type EntityManager,
   type DeadLetterSchema,
   type DeliveryAttemptSchema,
@@ -15,6 +17,7 @@ import {
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryRef } from './contract';
 import { CompiledStatement } from './compiled-statement';
+import { workflowIdFor } from './workflow-id';
 
 /**
  * Timestamps are read as epoch milliseconds (epochMs): the driver hands timestamptz columns
@@ -36,8 +39,10 @@ import { CompiledStatement } from './compiled-statement';
 
 /** Statuses in which a delivery still has work to do. */
 export const OPEN_STATUSES = ['pending', 'retrying', 'held'] as const satisfies readonly DeliveryStatus[];
-/** Statuses a delivery never leaves. */
+/** Statuses a delivery leaves only by a resend. */
 export const FINAL_STATUSES = ['delivered', 'dead_lettered', 'failed'] as const satisfies readonly DeliveryStatus[];
+/** Statuses of the deliveries a recovery resends: the ones the receiver never took. */
+export const RECOVERABLE_STATUSES = ['dead_lettered', 'failed'] as const satisfies readonly DeliveryStatus[];
 
 /** The scope of the kill switch that stops every organization. */
 export const GLOBAL_SCOPE = 'global';
@@ -75,6 +80,8 @@ export interface ListedDelivery {
   deliveredAtMs: number | null;
   createdAtMs: number;
   updatedAtMs: number;
+  /** The series of attempts the delivery is in: 1, and one more for each resend. */
+  series: number;
 }
 
 /** A delivery to record: one event for one endpoint. */
@@ -217,6 +224,10 @@ export interface AttemptKey {
 export interface AttemptResultRecord extends AttemptKey {
   status: number | null;
   error: string | null;
+  /** Why it failed, by kind; null (or absent) when it was delivered. */
+  errorClass?: AttemptErrorClass | null;
+  /** The start of the receiver's answer (cut to RESPONSE_EXCERPT_LENGTH characters); null (or absent) when none came back. */
+  excerpt?: string | null;
 }
 
 /** What recordOutcome wrote. */
@@ -234,18 +245,43 @@ export interface KillSwitchState {
 }
 
 export interface AttemptView {
+  series: number;
   attempt: number;
   startedAt: Date;
   dispatchedAt: Date | null;
   finishedAt: Date | null;
   responseStatus: number | null;
   error: string | null;
+  errorClass: AttemptErrorClass | null;
+  responseExcerpt: string | null;
 }
 
 export interface DeliveryView extends ListedDelivery {
   organizationId: string;
+  /** The exact body signed and sent on every attempt. */
+  payload: string;
   attempts: AttemptView[];
   deadLetteredAt: Date | null;
+}
+
+/** Which of an endpoint's deliveries its log shows. */
+export interface DeliveryLogFilter {
+  organizationId: string;
+  endpointId: string;
+  statuses?: DeliveryStatus[];
+  eventType?: string;
+  since?: Date;
+  until?: Date;
+  before?: { at: Date; id: string };
+  limit: number;
+}
+
+/** An endpoint's deliveries recorded in [since, until). */
+export interface DeliveryWindow {
+  organizationId: string;
+  endpointId: string;
+  since: Date;
+  until: Date;
 }
 
 export interface DeadLetterFilter {
@@ -299,6 +335,7 @@ export class DeliveryRecords {
       event_type: d.eventType,
       payload: d.payload,
       status: 'pending' as const,
+      series: 1,
       attempt_count: 0,
       next_attempt_at: now,
       workflow_id: d.workflowId,
@@ -434,6 +471,7 @@ export class DeliveryRecords {
         .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
         .select([
           'd.status',
+          'd.series',
           'd.attempt_count',
           'd.last_response_status',
           'd.payload',
@@ -459,6 +497,7 @@ export class DeliveryRecords {
         .selectFrom('delivery_attempts')
         .select(['attempt', epochMs('dispatched_at').as('dispatchedAtMs')])
         .where('delivery_id', '=', ref.deliveryId)
+        .where('series', '=', row.series)
         .where('finished_at', 'is', null)
         .where('dispatched_at', 'is not', null)
         .executeTakeFirst();
@@ -467,8 +506,9 @@ export class DeliveryRecords {
         sent = Math.max(sent, open.attempt);
         await k
           .updateTable('delivery_attempts')
-          .set({ finished_at: now, error: INTERRUPTED_ATTEMPT })
+          .set({ finished_at: now, error: INTERRUPTED_ATTEMPT, error_class: 'interrupted' })
           .where('delivery_id', '=', ref.deliveryId)
+          .where('series', '=', row.series)
           .where('attempt', '=', open.attempt)
           .execute();
         const until = new Date(open.dispatchedAtMs + this.interval);
@@ -504,10 +544,10 @@ export class DeliveryRecords {
       // An attempt row its worker never sent from (it died while connecting) is taken over.
       const claimed = await k
         .insertInto('delivery_attempts')
-        .values({ delivery_id: ref.deliveryId, attempt, started_at: now })
+        .values({ delivery_id: ref.deliveryId, series: row.series, attempt, started_at: now })
         .onConflict((oc) =>
           oc
-            .columns(['delivery_id', 'attempt'])
+            .columns(['delivery_id', 'series', 'attempt'])
             .doUpdateSet({ started_at: now })
             .where('delivery_attempts.dispatched_at', 'is', null)
             .where('delivery_attempts.finished_at', 'is', null),
@@ -563,7 +603,7 @@ export class DeliveryRecords {
     ref: DeliveryRef,
     attempt: number,
     startedAt: Date,
-    outcome: { status: number | null; error: string | null },
+    outcome: Pick<AttemptResultRecord, 'status' | 'error' | 'errorClass' | 'excerpt'>,
   ): Promise<RecordedOutcome> {
     const [recorded] = await this.recordOutcomes(em, [{ ref, attempt, startedAt, ...outcome }]);
     return recorded!;
@@ -581,6 +621,8 @@ export class DeliveryRecords {
       ...attemptColumns(outcomes),
       status: outcomes.map((o) => o.status),
       error: outcomes.map((o) => o.error),
+      errorClass: outcomes.map((o) => o.errorClass ?? null),
+      excerpt: outcomes.map((o) => o.excerpt?.slice(0, RESPONSE_EXCERPT_LENGTH) ?? null),
     });
     const closed = new Set(rows.map((r) => r.delivery_id));
     return outcomes.map((o): RecordedOutcome => {
@@ -717,22 +759,22 @@ export class DeliveryRecords {
   }
 
   /** Temporal: deliveries still pending this long after they were recorded (their start may have failed). */
-  async pendingSince(em: EntityManager, cutoff: Date, limit: number): Promise<(DeliveryRef & { eventType: string; url: string })[]> {
+  async pendingSince(em: EntityManager, cutoff: Date, limit: number): Promise<(DeliveryRef & { eventType: string; url: string; series: number })[]> {
     const rows = await db(em)
       .selectFrom('webhook_deliveries as d')
       .innerJoin('webhook_endpoints as e', 'e.id', 'd.endpoint_id')
-      .select(['d.id', 'd.organization_id', 'd.endpoint_id', 'd.event_id', 'd.event_type', 'e.url'])
+      .select(['d.id', 'd.organization_id', 'd.endpoint_id', 'd.event_id', 'd.event_type', 'e.url', 'd.series'])
       .where('d.status', '=', 'pending')
       .where('d.created_at', '<', cutoff)
       .orderBy('d.created_at')
       .limit(limit)
       .execute();
-    return rows.map((r) => ({ deliveryId: r.id, organizationId: r.organization_id, endpointId: r.endpoint_id, eventId: r.event_id, eventType: r.event_type, url: r.url }));
+    return rows.map((r) => ({ deliveryId: r.id, organizationId: r.organization_id, endpointId: r.endpoint_id, eventId: r.event_id, eventType: r.event_type, url: r.url, series: r.series }));
   }
 
   /** A delivery with every attempt, for operators: by id, or by endpoint and event id. */
   async lookup(em: EntityManager, by: { deliveryId: string } | { endpointId: string; eventId: string }): Promise<DeliveryView | null> {
-    let q = db(em).selectFrom('webhook_deliveries as w').select(listedColumns).select('w.organization_id as organizationId');
+    let q = db(em).selectFrom('webhook_deliveries as w').select(listedColumns).select(['w.organization_id as organizationId', 'w.payload as payload']);
     q = 'deliveryId' in by ? q.where('w.id', '=', by.deliveryId) : q.where('w.endpoint_id', '=', by.endpointId).where('w.event_id', '=', by.eventId);
     const delivery = await q.executeTakeFirst();
     if (!delivery) return null;
@@ -740,14 +782,18 @@ export class DeliveryRecords {
       db(em)
         .selectFrom('delivery_attempts')
         .select([
+          'series',
           'attempt',
           epochMs('started_at').as('startedAtMs'),
           epochMs<number | null>('dispatched_at').as('dispatchedAtMs'),
           epochMs<number | null>('finished_at').as('finishedAtMs'),
           'response_status',
           'error',
+          'error_class',
+          'response_excerpt',
         ])
         .where('delivery_id', '=', delivery.id)
+        .orderBy('series')
         .orderBy('attempt')
         .execute(),
       db(em).selectFrom('dead_letters').select(epochMs('created_at').as('atMs')).where('delivery_id', '=', delivery.id).executeTakeFirst(),
@@ -755,15 +801,101 @@ export class DeliveryRecords {
     return {
       ...delivery,
       attempts: attempts.map((a) => ({
+        series: a.series,
         attempt: a.attempt,
         startedAt: new Date(a.startedAtMs),
         dispatchedAt: a.dispatchedAtMs === null ? null : new Date(a.dispatchedAtMs),
         finishedAt: a.finishedAtMs === null ? null : new Date(a.finishedAtMs),
         responseStatus: a.response_status,
         error: a.error,
+        errorClass: a.error_class,
+        responseExcerpt: a.response_excerpt,
       })),
       deadLetteredAt: dead ? new Date(dead.atMs) : null,
     };
+  }
+
+  /**
+   * An endpoint's delivery log, newest first (created_at, then id, both descending), read
+   * along the (endpoint_id, created_at desc, id desc) index; `before` continues after the
+   * last delivery of the previous page.
+   */
+  async listForEndpoint(em: EntityManager, filter: DeliveryLogFilter): Promise<ListedDelivery[]> {
+    let q = listedQuery(db(em)).where('w.endpoint_id', '=', filter.endpointId).where('w.organization_id', '=', filter.organizationId);
+    if (filter.statuses && filter.statuses.length > 0) q = q.where('w.status', 'in', filter.statuses);
+    if (filter.eventType) q = q.where('w.event_type', '=', filter.eventType);
+    if (filter.since) q = q.where('w.created_at', '>=', filter.since);
+    if (filter.until) q = q.where('w.created_at', '<', filter.until);
+    const before = filter.before;
+    if (before) q = q.where((eb) => eb(eb.refTuple('w.created_at', 'w.id'), '<', eb.tuple(before.at, before.id)));
+    return q.orderBy('w.created_at', 'desc').orderBy('w.id', 'desc').limit(filter.limit).execute();
+  }
+
+  /**
+   * Starts a new series of attempts on a finished delivery, in the caller's transaction:
+   * pending and due now, attempts counted from 0 again under the next series number, its
+   * own workflow id, off the dead-letter queue. The event id, body and (endpoint, event id)
+   * stay the delivery's. Only a delivery in one of `from` is resent; any other answers
+   * with its status and is left as it is.
+   */
+  async resend(
+    em: EntityManager,
+    which: { deliveryId: string; organizationId: string; endpointId?: string },
+    from: readonly DeliveryStatus[] = FINAL_STATUSES,
+  ): Promise<{ resent: ListedDelivery } | { refused: DeliveryStatus } | null> {
+    const k = db(em);
+    let q = k
+      .selectFrom('webhook_deliveries')
+      .select(['id', 'organization_id', 'endpoint_id', 'event_id', 'status', 'series'])
+      .where('id', '=', which.deliveryId)
+      .where('organization_id', '=', which.organizationId);
+    if (which.endpointId) q = q.where('endpoint_id', '=', which.endpointId);
+    const row = await q.forUpdate().executeTakeFirst();
+    if (!row) return null;
+    if (!from.includes(row.status)) return { refused: row.status };
+    const now = new Date(this.now());
+    const series = row.series + 1;
+    await k
+      .updateTable('webhook_deliveries')
+      .set({
+        status: 'pending',
+        series,
+        attempt_count: 0,
+        next_attempt_at: now,
+        last_error: null,
+        last_response_status: null,
+        delivered_at: null,
+        lease_until: null,
+        lease_owner: null,
+        workflow_id: workflowIdFor({ organizationId: row.organization_id, endpointId: row.endpoint_id, eventId: row.event_id }, series),
+        updated_at: now,
+      })
+      .where('id', '=', row.id)
+      .execute();
+    await k.deleteFrom('dead_letters').where('delivery_id', '=', row.id).execute();
+    const [resent] = await this.listed(em, (l) => l.where('w.id', '=', row.id));
+    return { resent: resent! };
+  }
+
+  /** How many of an endpoint's deliveries recorded in [since, until) are in one of `statuses`. */
+  async countInWindow(em: EntityManager, window: DeliveryWindow, statuses: readonly DeliveryStatus[]): Promise<number> {
+    const row = await windowQuery(db(em), window, statuses)
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .executeTakeFirstOrThrow();
+    return Number(row.n);
+  }
+
+  /** The next `limit` of an endpoint's deliveries in [since, until) in one of `statuses`, oldest first, after `after`. */
+  async nextInWindow(
+    em: EntityManager,
+    window: DeliveryWindow,
+    statuses: readonly DeliveryStatus[],
+    after: { at: Date; id: string } | null,
+    limit: number,
+  ): Promise<{ id: string; createdAtMs: number }[]> {
+    let q = windowQuery(db(em), window, statuses).select(['w.id', epochMs('w.created_at').as('createdAtMs')]);
+    if (after) q = q.where((eb) => eb(eb.refTuple('w.created_at', 'w.id'), '>', eb.tuple(after.at, after.id)));
+    return q.orderBy('w.created_at').orderBy('w.id').limit(limit).execute();
   }
 
   /** The dead-letter queue, newest first. */
@@ -831,6 +963,7 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
           'd.endpoint_id as delivery_endpoint_id',
           'd.event_id',
           'd.status',
+          'd.series',
           'd.attempt_count',
           'd.last_response_status',
           'd.payload',
@@ -844,7 +977,7 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
           sql<AttemptDecision>`case
             when d.status in ('delivered', 'failed', 'dead_lettered') then d.status::text
             when d.xmin::text <> (select s.xmin::text from webhook_deliveries s where s.id = d.id) then 'takeover'
-            when exists (select 1 from delivery_attempts a where a.delivery_id = d.id and a.finished_at is null and a.dispatched_at is not null) then 'takeover'
+            when exists (select 1 from delivery_attempts a where a.delivery_id = d.id and a.series = d.series and a.finished_at is null and a.dispatched_at is not null) then 'takeover'
             when e.id is null then 'endpoint_missing'
             when e.disabled_at is not null then 'endpoint_disabled'
             when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
@@ -898,17 +1031,17 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
     .with('started', (w) =>
       w
         .insertInto('delivery_attempts')
-        .columns(['delivery_id', 'attempt', 'started_at'])
+        .columns(['delivery_id', 'series', 'attempt', 'started_at'])
         .expression(
           w
             .selectFrom('locked')
-            .select(['locked.id', sql<number>`locked.attempt_count + 1`.as('attempt'), sql<Date>`${p.now}::timestamptz`.as('started_at')])
+            .select(['locked.id', 'locked.series', sql<number>`locked.attempt_count + 1`.as('attempt'), sql<Date>`${p.now}::timestamptz`.as('started_at')])
             .where('locked.decision', '=', 'send'),
         )
         // An attempt row its worker never sent from (it died while connecting) is taken over.
         .onConflict((oc) =>
           oc
-            .columns(['delivery_id', 'attempt'])
+            .columns(['delivery_id', 'series', 'attempt'])
             .doUpdateSet({ started_at: p.now })
             .where('delivery_attempts.dispatched_at', 'is', null)
             .where('delivery_attempts.finished_at', 'is', null),
@@ -984,11 +1117,27 @@ function attemptKeys(p: AttemptColumns) {
 }
 
 /** Attempts with their results as a table `v` (delivery_id, attempt, started_at, response_status, error). */
-function attemptResults(p: AttemptColumns & { status: (number | null)[]; error: (string | null)[] }) {
-  return sql<{ delivery_id: string; attempt: number; started_at: Date; response_status: number | null; error: string | null }>`(select * from unnest(
-    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[]
-  ) as v(delivery_id, attempt, started_at, response_status, error))`.as('v');
+function attemptResults(p: AttemptResultColumns) {
+  return sql<{
+    delivery_id: string;
+    attempt: number;
+    started_at: Date;
+    response_status: number | null;
+    error: string | null;
+    error_class: AttemptErrorClass | null;
+    response_excerpt: string | null;
+  }>`(select * from unnest(
+    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[], ${p.errorClass}::text[], ${p.excerpt}::text[]
+  ) as v(delivery_id, attempt, started_at, response_status, error, error_class, response_excerpt))`.as('v');
 }
+
+/** Attempt results column by column (recordOutcomes). */
+type AttemptResultColumns = AttemptColumns & {
+  status: (number | null)[];
+  error: (string | null)[];
+  errorClass: (AttemptErrorClass | null)[];
+  excerpt: (string | null)[];
+};
 
 /** markAllDispatched's statement. */
 function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date }) {
@@ -1009,6 +1158,7 @@ function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date })
               .selectFrom('webhook_deliveries as d')
               .select('d.id')
               .whereRef('d.id', '=', 'v.delivery_id')
+              .whereRef('d.series', '=', 'a.series')
               .where('d.status', 'in', OPEN_STATUSES)
               .where((s) => s.not(stoppedBy(s.ref('d.organization_id'), s.ref('d.endpoint_id')))),
           ),
@@ -1023,13 +1173,19 @@ function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date })
 }
 
 /** recordOutcomes' statement: `next` is when a failed attempt's successor is due. */
-function outcomeStatement(k: Kysely<Tables>, p: AttemptColumns & { status: (number | null)[]; error: (string | null)[]; now: Date; next: Date }) {
+function outcomeStatement(k: Kysely<Tables>, p: AttemptResultColumns & { now: Date; next: Date }) {
   return k
     .with('closed', (w) =>
       w
         .updateTable('delivery_attempts as a')
         .from(attemptResults(p))
-        .set({ finished_at: p.now, response_status: sql<number | null>`v.response_status`, error: sql<string | null>`v.error` })
+        .set({
+          finished_at: p.now,
+          response_status: sql<number | null>`v.response_status`,
+          error: sql<string | null>`v.error`,
+          error_class: sql<AttemptErrorClass | null>`v.error_class`,
+          response_excerpt: sql<string | null>`v.response_excerpt`,
+        })
         .whereRef('a.delivery_id', '=', 'v.delivery_id')
         .whereRef('a.attempt', '=', 'v.attempt')
         .whereRef('a.started_at', '=', 'v.started_at')
@@ -1042,12 +1198,12 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptColumns & { status: (numb
                 .selectFrom('delivery_attempts as later')
                 .select('later.attempt')
                 .whereRef('later.delivery_id', '=', 'v.delivery_id')
-                .whereRef('later.attempt', '>', 'v.attempt')
+                .where(sql<boolean>`(later.series, later.attempt) > (a.series, v.attempt)`)
                 .where('later.dispatched_at', 'is not', null),
             ),
           ),
         )
-        .returning(['a.delivery_id', 'a.attempt', 'a.response_status', 'a.error']),
+        .returning(['a.delivery_id', 'a.series', 'a.attempt', 'a.response_status', 'a.error']),
     )
     .with('recorded', (w) =>
       w
@@ -1065,6 +1221,7 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptColumns & { status: (numb
           updated_at: p.now,
         })
         .whereRef('webhook_deliveries.id', '=', 'closed.delivery_id')
+        .whereRef('webhook_deliveries.series', '=', 'closed.series')
         .where('webhook_deliveries.status', 'in', OPEN_STATUSES)
         .returning('webhook_deliveries.id'),
     )
@@ -1092,6 +1249,7 @@ const listedColumns = [
   epochMs<number | null>('w.delivered_at').as('deliveredAtMs'),
   epochMs('w.created_at').as('createdAtMs'),
   epochMs('w.updated_at').as('updatedAtMs'),
+  'w.series as series',
 ] as const;
 
 /** The newest deliveries of each of the endpoints, newest first (see listRecent). */
@@ -1116,6 +1274,16 @@ function recentDeliveriesQuery(k: Kysely<Tables>, endpointIds: string[]) {
     .orderBy('d.endpointId')
     .orderBy('d.sortAt', 'desc')
     .orderBy('d.id', 'desc');
+}
+
+function windowQuery(k: Kysely<Tables>, window: DeliveryWindow, statuses: readonly DeliveryStatus[]) {
+  return k
+    .selectFrom('webhook_deliveries as w')
+    .where('w.endpoint_id', '=', window.endpointId)
+    .where('w.organization_id', '=', window.organizationId)
+    .where('w.status', 'in', statuses)
+    .where('w.created_at', '>=', window.since)
+    .where('w.created_at', '<', window.until);
 }
 
 function listedQuery(k: Kysely<Tables>) {
@@ -1175,6 +1343,7 @@ export function fannedOutDelivery(row: FannedOutRow, event: FannedOutEvent, endp
     deliveredAtMs: null,
     createdAtMs: at,
     updatedAtMs: at,
+    series: 1,
     endpointUrl,
   };
 }

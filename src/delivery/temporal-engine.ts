@@ -45,7 +45,7 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
   constructor(private readonly options: TemporalDeliveryEngineOptions) {}
 
   async start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }> {
-    const workflowId = workflowIdFor(ref);
+    const workflowId = workflowIdFor(ref, meta.series);
     // A caller waits for the start (the row is committed already): when Temporal does not
     // answer quickly, the delivery stays pending for the sweep rather than hold the call.
     const deadline = Date.now() + START_DEADLINE_MS;
@@ -54,7 +54,7 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
         workflowId,
         taskQueue: this.options.taskQueue,
         args: this.options.retryIntervalMs === undefined || this.options.retryIntervalMs === RETRY_INTERVAL_MS ? [ref] : [ref, { sent: 0, retryIntervalMs: this.options.retryIntervalMs }],
-        // A delivery runs once per (endpoint, event): never beside a running one, never again after it closed.
+        // A series of a delivery runs once: never beside a running one, never again after it closed.
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
         workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
         memo: {
@@ -63,6 +63,8 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
           eventId: ref.eventId,
           eventType: meta.eventType,
           targetHost: meta.targetHost,
+          // A resend's series only: a first series' memo stays as it always was.
+          ...(meta.series && meta.series > 1 && { series: meta.series }),
         },
         ...(this.options.searchAttributes && { typedSearchAttributes: searchAttributesFor(ref) }),
       }));

@@ -12,16 +12,19 @@ export const DELIVERY_WORKFLOW_ID_PREFIX = 'webhook-delivery';
 export const MAX_DELIVERY_WORKFLOW_ID_LENGTH = 240;
 
 /**
- * One workflow id per (endpoint, event), so starting the same delivery twice hits the
- * same execution. Each part is URI-encoded so an id containing "/" cannot collide with another.
- * An id that would be longer than MAX_DELIVERY_WORKFLOW_ID_LENGTH (a long event id full of
- * ":", which encodes to three characters) names the event by the SHA-256 of its id instead,
- * behind a "~" no encoded event id can start with. Either way the delivery row stores the
- * id, and the workflow's EventId search attribute and memo keep the event id as sent.
+ * One workflow id per (endpoint, event) and series of attempts, so starting the same
+ * delivery twice hits the same execution. Each part is URI-encoded so an id containing "/"
+ * cannot collide with another. An id that would be longer than MAX_DELIVERY_WORKFLOW_ID_LENGTH
+ * (a long event id full of ":", which encodes to three characters) names the event by the
+ * SHA-256 of its id instead, behind a "~" no encoded event id can start with. Either way the
+ * delivery row stores the id, and the workflow's EventId search attribute and memo keep the
+ * event id as sent. A resend's series (2, 3, ...) runs as a workflow of its own: the id of
+ * series 1 with `/series-<n>` appended, within the 15 characters left for it; series 1
+ * keeps the id deliveries had before resends existed.
  */
-export function workflowIdFor(ref: Pick<DeliveryRef, 'organizationId' | 'endpointId' | 'eventId'>): string {
+export function workflowIdFor(ref: Pick<DeliveryRef, 'organizationId' | 'endpointId' | 'eventId'>, series = 1): string {
   const { workflowHead, workflowTail } = workflowIdParts(ref.organizationId, ref.eventId, ref.endpointId.length);
-  return `${workflowHead}${encodeURIComponent(ref.endpointId)}${workflowTail}`;
+  return `${workflowHead}${encodeURIComponent(ref.endpointId)}${workflowTail}${series > 1 ? `/series-${series}` : ''}`;
 }
 
 /**

@@ -95,6 +95,11 @@ export const ERRORS = {
   KILL_SWITCH_REASON_REQUIRED: [Code.InvalidArgument, 400],
   DELIVERY_NOT_FOUND: [Code.NotFound, 404],
   DELIVERY_LOOKUP_INVALID: [Code.InvalidArgument, 400],
+  DELIVERY_NOT_RESENDABLE: [Code.FailedPrecondition, 409],
+  DELIVERY_FILTER_INVALID: [Code.InvalidArgument, 400],
+  RECOVERY_WINDOW_INVALID: [Code.InvalidArgument, 400],
+  RECOVERY_WINDOW_TOO_LONG: [Code.InvalidArgument, 400],
+  RECOVERY_NOT_FOUND: [Code.NotFound, 404],
   EVENT_NOT_FOUND: [Code.NotFound, 404],
 
   // Internal event service

@@ -30,6 +30,7 @@ import {
   type DeliveryRecord,
   type KillSwitch,
 } from '../gen/publishing/operator/v1/operator_service_pb';
+import { WebhookRecoverySchema, type WebhookRecovery } from '../gen/publishing/v1/webhook_service_pb';
 
 const USAGE = `usage: npm run operator -- <command> [options] [--json]
 
@@ -42,6 +43,11 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
   delivery         ID | --endpoint ID --event EVENT_ID
                                               one delivery with every attempt: what happened, and why
   event            EVENT_ID --org ID          a published event and where each of its deliveries stands
+  resend           DELIVERY_ID                send a finished delivery again, as a new series of attempts
+  recover          --endpoint ID --since ISO [--until ISO] [--dry-run]
+                                              resend an endpoint's dead-lettered and failed deliveries of a
+                                              window (at most 14 days), paced; --dry-run only counts them
+  recovery         JOB_ID                     a recovery job: state, found, resent, started, finished
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).
@@ -90,18 +96,19 @@ function parseCommandLine(argv: string[]) {
       limit: { type: 'string' },
       monthly: { type: 'string' },
       event: { type: 'string' },
+      'dry-run': { type: 'boolean' },
     },
   });
 }
 
-function text(values: Values, name: OptionName): string | undefined {
+function text(values: Values, name: TextOption): string | undefined {
   const value = values[name];
   if (value === undefined) return undefined;
   if (value.trim() === '') throw new UsageError(`--${name} must not be empty`);
   return value.trim();
 }
 
-function need(values: Values, name: OptionName): string {
+function need(values: Values, name: TextOption): string {
   const value = text(values, name);
   if (value === undefined) throw new UsageError(`--${name} is required`);
   return value;
@@ -227,8 +234,8 @@ function deliveryOutput(delivery: DeliveryRecord | undefined, ui: TemporalUi | n
     `  last error: ${delivery.lastError || '-'}`,
     ...delivery.attempts.map(
       (a) =>
-        `  #${a.attempt}  ${when(a.startedAt)}  ${a.finishedAt ? `${a.durationMs} ms` : 'running'}  ` +
-        `${a.dispatchedAt ? 'sent' : 'not sent'}  HTTP ${a.httpStatus || '-'}  ${a.error || 'ok'}`,
+        `  ${a.series}#${a.attempt}  ${when(a.startedAt)}  ${a.finishedAt ? `${a.durationMs} ms` : 'running'}  ` +
+        `${a.dispatchedAt ? 'sent' : 'not sent'}  HTTP ${a.httpStatus || '-'}  ${a.error ? `${a.errorClass || 'error'}: ${a.error}` : 'ok'}`,
     ),
   ];
   if (delivery.attempts.length === 0) lines.push('  no attempts');
@@ -255,7 +262,20 @@ function eventOutput(answer: GetEventResponse): Output {
   return { json: json(GetEventResponseSchema, answer), text: `${lines.join('\n')}\n` };
 }
 
+function recoveryOutput(recovery: WebhookRecovery | undefined, organizationId: string, extra: { found?: number; replayed?: boolean } = {}): Output {
+  if (!recovery) throw new Error('the service answered without a recovery');
+  const lines = [
+    `recovery ${recovery.id}  ${recovery.state}${recovery.stoppedReason ? ` (${recovery.stoppedReason})` : ''}${extra.replayed ? '  (asked before: this is the first job)' : ''}`,
+    `  organization ${organizationId}  endpoint ${recovery.endpointId}`,
+    `  window ${when(recovery.since)} to ${when(recovery.until)}  found ${recovery.found}  resent ${recovery.resent}`,
+    `  created ${when(recovery.createdAt)}  started ${when(recovery.startedAt)}  finished ${when(recovery.finishedAt)}`,
+  ];
+  return { json: { organizationId, ...(json(WebhookRecoverySchema, recovery) as object), ...extra }, text: `${lines.join('\n')}\n` };
+}
+
 type OptionName = Exclude<keyof Values, 'json' | 'help'>;
+/** Options that take a value. */
+type TextOption = Exclude<OptionName, 'dry-run'>;
 
 interface Command {
   /** Options it takes besides --json and --help; any other is a usage mistake. */
@@ -342,6 +362,42 @@ const COMMANDS: Record<string, Command> = {
       const organizationId = id(values, 'org', true);
       if (argument === undefined) throw new UsageError('event needs the event id');
       return async (operator) => eventOutput(await operator.getEvent({ organizationId, eventId: argument }));
+    },
+  },
+  resend: {
+    options: [],
+    argument: 'delivery id',
+    prepare(_values, argument, env) {
+      if (argument === undefined || !isUuid(argument)) throw new UsageError(`resend needs a delivery id (uuid)${argument ? `, got "${argument}"` : ''}`);
+      const ui = temporalUi(env);
+      return async (operator) => deliveryOutput((await operator.resendDelivery({ deliveryId: argument.toLowerCase() })).delivery, ui);
+    },
+  },
+  recover: {
+    options: ['endpoint', 'since', 'until', 'dry-run'],
+    prepare(values) {
+      const endpointId = id(values, 'endpoint', true);
+      const window = range(values);
+      if (!window.since) throw new UsageError('--since is required: when the outage began');
+      const dryRun = values['dry-run'] === true;
+      return async (operator) => {
+        const answer = await operator.recoverDeliveries({ endpointId, ...window, dryRun });
+        if (answer.dryRun) {
+          return { json: { organizationId: answer.organizationId, found: answer.found, dryRun: true }, text: `would resend ${answer.found} deliveries\n` };
+        }
+        return recoveryOutput(answer.recovery, answer.organizationId, { found: answer.found, replayed: answer.replayed });
+      };
+    },
+  },
+  recovery: {
+    options: [],
+    argument: 'job id',
+    prepare(_values, argument) {
+      if (argument === undefined || !isUuid(argument)) throw new UsageError(`recovery needs a job id (uuid)${argument ? `, got "${argument}"` : ''}`);
+      return async (operator) => {
+        const answer = await operator.getRecovery({ jobId: argument.toLowerCase() });
+        return recoveryOutput(answer.recovery, answer.organizationId);
+      };
     },
   },
   'set-quota': {

@@ -10,6 +10,9 @@ import {
   EventRecordSchema,
   type GetDeliveryRequest,
   type GetEventRequest,
+  type GetRecoveryRequest,
+  type RecoverDeliveriesRequest,
+  type ResendDeliveryRequest,
   type GetKillSwitchRequest,
   type ListDeadLettersRequest,
   type OperatorService,
@@ -19,8 +22,10 @@ import {
 } from '../gen/publishing/operator/v1/operator_service_pb';
 import { appendAuditEvent, queryAuditEvents } from '../audit';
 import { setMonthlyDeliveryQuota } from '../auth';
-import { OrganizationSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
-import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type KillSwitchState } from '../delivery';
+import { OrganizationSchema, WebhookEndpointSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
+import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState, type ListedDelivery } from '../delivery';
+import { recoverAnswerMessage, recoveryMessage, type AuditedChange, type DeliveryRecovery } from '../recovery';
+import { organizationEndpoint } from '../webhooks';
 import type { EventPublisher } from '../events';
 import type { Logger } from '../config';
 import { requestIdKey } from '../context';
@@ -34,6 +39,8 @@ export interface OperatorServiceDeps {
   engine: Pick<DeliveryEngine, 'release'>;
   /** Owner of the published events. */
   events: Pick<EventPublisher, 'find'>;
+  /** Resends and recovery jobs, as customers ask for them. */
+  recovery: DeliveryRecovery;
   logger: Logger;
 }
 
@@ -152,35 +159,63 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     if (byId ? !isUuid(req.deliveryId) : !isUuid(req.endpointId)) throw notFound();
     const view = await this.deps.deliveries.lookup(em, byId ? { deliveryId: req.deliveryId } : { endpointId: req.endpointId, eventId: req.eventId });
     if (!view) throw notFound();
-    return {
-      delivery: create(DeliveryRecordSchema, {
-        deliveryId: view.id,
-        organizationId: view.organizationId,
-        endpointId: view.endpointId,
-        eventId: view.eventId,
-        eventType: view.eventType,
-        status: view.status,
-        attemptCount: view.attemptCount,
-        nextAttemptAt: view.nextAttemptAtMs === null ? undefined : timestampFromMs(view.nextAttemptAtMs),
-        lastError: view.lastError ?? '',
-        workflowId: view.workflowId,
-        deadLettered: view.deadLetteredAt !== null,
-        deadLetteredAt: view.deadLetteredAt ? timestampFromDate(view.deadLetteredAt) : undefined,
-        deliveredAt: view.deliveredAtMs === null ? undefined : timestampFromMs(view.deliveredAtMs),
-        createdAt: timestampFromMs(view.createdAtMs),
-        attempts: view.attempts.map((a) =>
-          create(DeliveryAttemptSchema, {
-            attempt: a.attempt,
-            startedAt: timestampFromDate(a.startedAt),
-            dispatchedAt: a.dispatchedAt ? timestampFromDate(a.dispatchedAt) : undefined,
-            finishedAt: a.finishedAt ? timestampFromDate(a.finishedAt) : undefined,
-            durationMs: a.finishedAt ? BigInt(a.finishedAt.getTime() - a.startedAt.getTime()) : 0n,
-            httpStatus: a.responseStatus ?? 0,
-            error: a.error ?? '',
-          }),
-        ),
+    return { delivery: deliveryRecordOf(view, view) };
+  }
+
+  async resendDelivery(req: ResendDeliveryRequest, ctx: HandlerContext) {
+    const em = entityManagerOf(ctx);
+    const found = isUuid(req.deliveryId) ? await this.deps.deliveries.lookup(em, { deliveryId: req.deliveryId }) : null;
+    if (!found) throw apiError('DELIVERY_NOT_FOUND', 'No such delivery.');
+    const endpoint = await organizationEndpoint(em, found.organizationId, found.endpointId);
+    await this.deps.recovery.resend(
+      em,
+      { organizationId: found.organizationId, endpoint, deliveryId: found.id },
+      this.audited(ctx, { organizationId: found.organizationId, action: 'operator.delivery.resend', targetId: found.id, details: { endpointId: found.endpointId } }),
+    );
+    const view = (await this.deps.deliveries.lookup(em, { deliveryId: found.id }))!;
+    return { delivery: deliveryRecordOf(view, view) };
+  }
+
+  async recoverDeliveries(req: RecoverDeliveriesRequest, ctx: HandlerContext) {
+    const em = entityManagerOf(ctx);
+    const endpoint = isUuid(req.endpointId) ? await em.findOne(WebhookEndpointSchema, { id: req.endpointId }) : null;
+    if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${req.endpointId.slice(0, 64)}.`);
+    const since = dateOf(req.since);
+    const answer = await this.deps.recovery.request(
+      em,
+      { organizationId: endpoint.organizationId, endpoint, since, until: dateOf(req.until), dryRun: req.dryRun, requestedBy: 'operator' },
+      this.audited(ctx, {
+        organizationId: endpoint.organizationId,
+        action: 'operator.webhook.recover',
+        targetId: endpoint.id,
+        details: { since: since?.toISOString() ?? null, until: dateOf(req.until)?.toISOString() ?? null },
       }),
-    };
+    );
+    const message = recoverAnswerMessage(answer);
+    return { recovery: message.recovery, found: message.found, replayed: message.replayed, dryRun: message.dryRun, organizationId: endpoint.organizationId };
+  }
+
+  async getRecovery(req: GetRecoveryRequest, ctx: HandlerContext) {
+    const view = isUuid(req.jobId) ? await this.deps.recovery.find(entityManagerOf(ctx), { id: req.jobId }) : null;
+    if (!view) throw apiError('RECOVERY_NOT_FOUND', `No recovery ${req.jobId.slice(0, 64)}.`);
+    return { recovery: recoveryMessage(view), organizationId: view.organizationId };
+  }
+
+  /** A change in one transaction with its operator audit event. */
+  private audited(ctx: HandlerContext, entry: { organizationId: string; action: string; targetId: string; details: Record<string, unknown> }): AuditedChange {
+    return (em, change) =>
+      em.transactional(async (tx) => {
+        const changed = await change(tx);
+        await appendAuditEvent(tx, {
+          ...entry,
+          actorUserId: null,
+          apiKeyId: null,
+          outcome: 'succeeded',
+          reason: null,
+          requestId: ctx.values.get(requestIdKey) || null,
+        });
+        return changed;
+      });
   }
 
   async getEvent(req: GetEventRequest, ctx: HandlerContext) {
@@ -196,23 +231,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
         publisher: event.publisher,
         skippedReason: event.skippedReason ?? '',
       }),
-      deliveries: event.deliveries.map((d) =>
-        create(DeliveryRecordSchema, {
-          deliveryId: d.id,
-          organizationId: event.organizationId,
-          endpointId: d.endpointId,
-          eventId: d.eventId,
-          eventType: d.eventType,
-          status: d.status,
-          attemptCount: d.attemptCount,
-          nextAttemptAt: d.nextAttemptAtMs === null ? undefined : timestampFromMs(d.nextAttemptAtMs),
-          lastError: d.lastError ?? '',
-          workflowId: d.workflowId,
-          deadLettered: d.status === 'dead_lettered',
-          deliveredAt: d.deliveredAtMs === null ? undefined : timestampFromMs(d.deliveredAtMs),
-          createdAt: timestampFromMs(d.createdAtMs),
-        }),
-      ),
+      deliveries: event.deliveries.map((d) => deliveryRecordOf({ ...d, organizationId: event.organizationId }, null)),
     };
   }
 
@@ -246,5 +265,42 @@ function killSwitchMessage(state: KillSwitchState) {
     enabled: state.enabled,
     reason: state.reason,
     updatedAt: state.updatedAt ? timestampFromDate(state.updatedAt) : undefined,
+  });
+}
+
+/**
+ * A delivery as operators see it; with `lookup` (GetDelivery, a resend) every attempt of
+ * every series and its dead-letter time, without (an event's deliveries) only the row.
+ */
+function deliveryRecordOf(view: ListedDelivery & { organizationId: string }, lookup: Pick<DeliveryView, 'attempts' | 'deadLetteredAt'> | null) {
+  return create(DeliveryRecordSchema, {
+    deliveryId: view.id,
+    organizationId: view.organizationId,
+    endpointId: view.endpointId,
+    eventId: view.eventId,
+    eventType: view.eventType,
+    status: view.status,
+    attemptCount: view.attemptCount,
+    nextAttemptAt: view.nextAttemptAtMs === null ? undefined : timestampFromMs(view.nextAttemptAtMs),
+    lastError: view.lastError ?? '',
+    workflowId: view.workflowId,
+    deadLettered: lookup ? lookup.deadLetteredAt !== null : view.status === 'dead_lettered',
+    deadLetteredAt: lookup?.deadLetteredAt ? timestampFromDate(lookup.deadLetteredAt) : undefined,
+    deliveredAt: view.deliveredAtMs === null ? undefined : timestampFromMs(view.deliveredAtMs),
+    createdAt: timestampFromMs(view.createdAtMs),
+    attempts: (lookup?.attempts ?? []).map((a) =>
+      create(DeliveryAttemptSchema, {
+        series: a.series,
+        attempt: a.attempt,
+        startedAt: timestampFromDate(a.startedAt),
+        dispatchedAt: a.dispatchedAt ? timestampFromDate(a.dispatchedAt) : undefined,
+        finishedAt: a.finishedAt ? timestampFromDate(a.finishedAt) : undefined,
+        durationMs: a.finishedAt ? BigInt(a.finishedAt.getTime() - a.startedAt.getTime()) : 0n,
+        httpStatus: a.responseStatus ?? 0,
+        error: a.error ?? '',
+        errorClass: a.errorClass ?? '',
+        responseExcerpt: a.responseExcerpt ?? '',
+      }),
+    ),
   });
 }

@@ -8,6 +8,7 @@ import { WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
 import { SecretBox } from '../secrets';
 import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
+import { DeliveryLogServiceImpl, DeliveryRecovery } from '../recovery';
 import {
   activityDepsFromConfig,
   createTemporalClient,
@@ -81,6 +82,10 @@ export interface Dependencies {
   connections: ConnectionServiceImpl;
   posts: PostServiceImpl;
   webhooks: WebhookServiceImpl;
+  /** The delivery log, resends and recoveries of WebhookService. */
+  deliveryLog: DeliveryLogServiceImpl;
+  /** Resends and recovery jobs, for customers and operators; works on open jobs in the background. */
+  recovery: DeliveryRecovery;
   operator: OperatorServiceImpl;
   events: EventServiceImpl;
   principals: PrincipalCache | undefined;
@@ -139,8 +144,11 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     now,
   });
   const posts = new PostServiceImpl(now, publisher);
-  const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, logger });
+  const recovery = new DeliveryRecovery({ orm, records: delivery.records, engine: delivery.engine, publisher, logger, now });
+  const deliveryLog = new DeliveryLogServiceImpl({ records: delivery.records, recovery });
+  const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, recovery, logger });
   delivery.embedded?.begin();
+  recovery.begin();
 
   const shutdown = new ShutdownReadiness();
   const readiness: ReadinessCheck[] = [
@@ -158,6 +166,8 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     connections,
     posts,
     webhooks,
+    deliveryLog,
+    recovery,
     operator,
     events,
     principals,
@@ -166,6 +176,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     readiness,
     shutdown,
     async close() {
+      await recovery.close();
       await delivery.close();
       await principals?.close();
       await limiterPool.end();

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import type { ConnectRouter, ConnectRouterOptions } from '@connectrpc/connect';
+import type { ConnectRouter, ConnectRouterOptions, ServiceImpl } from '@connectrpc/connect';
 import { compressionBrotli, compressionGzip } from '@connectrpc/connect-node';
 import { SANDBOX_PATH } from '../connections';
 import { createAuthGate, createAuthorizeInterceptor } from '../auth';
 import { createAuditInterceptor } from '../audit';
+import type { DeliveryLogMethods } from '../recovery';
 import { Health } from '../gen/grpc/health/v1/health_pb';
 import { ConnectionService } from '../gen/publishing/v1/connection_service_pb';
 import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
@@ -34,13 +35,38 @@ export function routes(deps: Dependencies): (router: ConnectRouter) => void {
   return (router) => {
     router.service(Health, health);
     router.service(ConnectionService, deps.connections);
-    router.service(WebhookService, deps.webhooks);
+    router.service(WebhookService, webhookService(deps));
     router.service(PostService, deps.posts);
     router.service(OperatorService, deps.operator);
     router.service(EventService, deps.events);
     router.service(ReflectionV1, reflection.v1);
     router.service(ReflectionV1alpha, reflection.v1alpha);
   };
+}
+
+/** WebhookService from its two implementations: the endpoint routes and the delivery log's. */
+function webhookService(deps: Dependencies): ServiceImpl<typeof WebhookService> {
+  const { webhooks, deliveryLog } = deps;
+  // Typed so that an RPC neither implements fails to compile.
+  const endpointRoutes: Omit<ServiceImpl<typeof WebhookService>, DeliveryLogMethods> = boundMethods(webhooks);
+  return {
+    ...endpointRoutes,
+    listWebhookDeliveries: (req, ctx) => deliveryLog.listWebhookDeliveries(req, ctx),
+    getWebhookDelivery: (req, ctx) => deliveryLog.getWebhookDelivery(req, ctx),
+    resendWebhookDelivery: (req, ctx) => deliveryLog.resendWebhookDelivery(req, ctx),
+    recoverWebhookDeliveries: (req, ctx) => deliveryLog.recoverWebhookDeliveries(req, ctx),
+    getWebhookRecovery: (req, ctx) => deliveryLog.getWebhookRecovery(req, ctx),
+  };
+}
+
+/** The methods of a service class instance, bound to it, as the plain object a router takes. */
+function boundMethods<T extends object>(impl: T): T {
+  const methods: Record<string, unknown> = {};
+  for (const name of Object.getOwnPropertyNames(Object.getPrototypeOf(impl))) {
+    const value = (impl as Record<string, unknown>)[name];
+    if (name !== 'constructor' && typeof value === 'function') methods[name] = value.bind(impl);
+  }
+  return methods as T;
 }
 
 /** What every call goes through before and around its method: the gate, then the interceptors, outermost first. */

@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
-import { epochMs, type Cursor, type EntityManager, type SignatureScheme, type WebhookEndpointSchema } from '../db';
+import { epochMs, isUuid, WebhookEndpointSchema, type Cursor, type EntityManager, type SignatureScheme, type WebhookEndpoint } from '../db';
+import { apiError } from '../errors';
 
 type Tables = InferKyselyDB<typeof WebhookEndpointSchema>;
 const db = (em: EntityManager): Kysely<Tables> => em.getKysely<Tables>();
@@ -49,4 +50,11 @@ export async function endpointsPage(em: EntityManager, organizationId: string, c
     query = query.where((eb) => eb.or([eb('created_at', '>', at), eb.and([eb('created_at', '=', at), eb('id', '>', id)])]));
   }
   return query.orderBy('created_at').orderBy('id').limit(limit).execute();
+}
+
+/** An endpoint of the organization by id; another organization's, or none, is WEBHOOK_NOT_FOUND. */
+export async function organizationEndpoint(em: EntityManager, organizationId: string, id: string): Promise<WebhookEndpoint> {
+  const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }) : null;
+  if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
+  return endpoint;
 }

@@ -1,4 +1,5 @@
-export { WebhookServiceImpl, type WebhookServiceDeps } from './service';
+export { WebhookServiceImpl, deliveryMessage, timestampOf, type WebhookServiceDeps } from './service';
+export { organizationEndpoint } from './endpoints';
 export { WebhookRateLimiter } from './rate-limit';
 export { validateEndpointUrl } from './endpoint-url';
 export { rotateSigningSecrets } from './rotation';
@@ -12,5 +13,6 @@ export {
   quotaRefusalSql,
   deliveryQuotaTakeSql,
   createDeliveryCounts,
+  takeDeliveryQuota,
 } from './plans';
 export { EVENT_NAME_PATTERN, MAX_EVENT_NAME_LENGTH } from './event-names';

@@ -41,7 +41,7 @@ import {
 import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
-import { endpointsPage, type ListedEndpoint } from './endpoints';
+import { endpointsPage, organizationEndpoint, type ListedEndpoint } from './endpoints';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
@@ -66,7 +66,11 @@ export interface WebhookServiceDeps {
 
 const MAX_DESCRIPTION_LENGTH = 500;
 
-export class WebhookServiceImpl implements ServiceImpl<typeof WebhookService> {
+/**
+ * The endpoint routes of WebhookService. The delivery log, resends and recoveries are the
+ * recovery module's (src/recovery); the routes put both behind the one service.
+ */
+export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookService>> {
   constructor(private readonly deps: WebhookServiceDeps) {}
 
   async listWebhooks(req: ListWebhooksRequest, ctx: HandlerContext): Promise<ListWebhooksResponse> {
@@ -375,7 +379,7 @@ function endpointState(e: Pick<ListedEndpoint, 'disabledAtMs' | 'pausedAtMs'>): 
   return e.pausedAtMs === null ? 'active' : 'paused';
 }
 
-function deliveryMessage(d: ListedDelivery): DeliveryMessage {
+export function deliveryMessage(d: ListedDelivery): DeliveryMessage {
   return {
     $typeName: 'publishing.v1.WebhookDelivery',
     id: d.id,
@@ -398,7 +402,7 @@ function deliveryMessage(d: ListedDelivery): DeliveryMessage {
  * As Protobuf-ES's timestampFromMs (whole seconds down, the rest as nanoseconds), as a message
  * literal: timestampFromMs goes through create(), and a list answers with up to 250 deliveries.
  */
-function timestampOf(ms: number): Timestamp {
+export function timestampOf(ms: number): Timestamp {
   const seconds = Math.floor(ms / 1000);
   return { $typeName: 'google.protobuf.Timestamp', seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
 }

@@ -311,6 +311,15 @@ describe('the served REST API', () => {
     expect(webhooks.endpoints[0]).toMatchObject({ description: 'renamed', signatureScheme: 'legacy', secretRotation: rotated.endpoint.secretRotation });
     expect((await call('POST', '/api/v1/webhooks/{id}/pause', 200, { params: { id: webhookId } })).endpoint.state).toBe('paused');
     expect((await call('POST', '/api/v1/webhooks/{id}/resume', 200, { params: { id: webhookId } })).endpoint.state).toBe('active');
+    const deliveryId = webhooks.endpoints[0].recentDeliveries[0].id as string;
+    expect((await call('GET', '/api/v1/webhooks/{id}/deliveries', 200, { params: { id: webhookId }, query: '?pageSize=5' })).deliveries).toHaveLength(1);
+    await call('GET', '/api/v1/webhooks/{id}/deliveries/{delivery_id}', 200, { params: { id: webhookId, delivery_id: deliveryId } });
+    // Dead-lettered below the API: its eight attempts 30 s apart are not this test's subject.
+    await t.orm.em.fork().execute("update webhook_deliveries set status = 'dead_lettered', next_attempt_at = null where id = ?", [deliveryId]);
+    await call('POST', '/api/v1/webhooks/{id}/deliveries/{delivery_id}/resend', 200, { params: { id: webhookId, delivery_id: deliveryId }, body: {} });
+    const since = new Date(Date.now() - 3_600_000).toISOString();
+    const recovery = await call('POST', '/api/v1/webhooks/{id}/recover', 200, { params: { id: webhookId }, body: { since } });
+    await call('GET', '/api/v1/webhooks/{id}/recoveries/{job_id}', 200, { params: { id: webhookId, job_id: recovery.recovery.id } });
     await call('DELETE', '/api/v1/webhooks/{id}', 200, { params: { id: webhookId } });
 
     // A route added later needs a call here too.

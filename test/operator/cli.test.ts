@@ -385,6 +385,65 @@ describe('delivery', () => {
   });
 });
 
+describe('resend, recover and recovery', () => {
+  it('resends a dead-lettered delivery of any organization as a new series, audited as an operator action', async () => {
+    const tenant = await t.tenant();
+    const { endpointId, deliveryId, eventId } = await sendTestDelivery(tenant, '/resend-fail');
+    await waitFor('the delivery to be dead-lettered', async () => (await deliveryStatus(deliveryId)) === 'dead_lettered');
+
+    const resent = await operatorJson('resend', deliveryId);
+    expect(resent).toMatchObject({ deliveryId, eventId, deadLettered: false, workflowId: `webhook-delivery/${tenant.organizationId}/${endpointId}/${eventId}/series-2` });
+    const [audit] = await rows('select organization_id, outcome, target_id from audit_events where action = ?', ['operator.delivery.resend']);
+    expect(audit).toEqual({ organization_id: tenant.organizationId, outcome: 'succeeded', target_id: deliveryId });
+
+    await waitFor('the second series to be dead-lettered', async () => (await deliveryStatus(deliveryId)) === 'dead_lettered');
+    const shown = await operatorJson('delivery', deliveryId);
+    expect(shown.attempts.map((a: any) => [a.series, a.attempt])).toEqual([1, 2].flatMap((series) => [1, 2, 3, 4, 5, 6, 7, 8].map((attempt) => [series, attempt])));
+    expect(shown.attempts[15]).toMatchObject({ errorClass: 'http_status', httpStatus: 500 });
+    expect(requestsTo('/resend-fail')).toBe(16);
+  });
+
+  it('counts a window in a dry run, recovers it once and shows the job', async () => {
+    const tenant = await t.tenant();
+    const since = new Date(Date.now() - 60_000).toISOString();
+    const { endpointId, deliveryId } = await sendTestDelivery(tenant, '/recover-fail');
+    await waitFor('the delivery to be dead-lettered', async () => (await deliveryStatus(deliveryId)) === 'dead_lettered');
+
+    expect(await operatorJson('recover', '--endpoint', endpointId, '--since', since, '--dry-run')).toEqual({ organizationId: tenant.organizationId, found: 1, dryRun: true });
+    const asked = await operatorJson('recover', '--endpoint', endpointId, '--since', since);
+    expect(asked).toMatchObject({ organizationId: tenant.organizationId, endpointId, found: 1, replayed: false });
+    const job = await waitFor('the job to finish', async () => {
+      const read = await operatorJson('recovery', asked.id);
+      return read.state === 'finished' ? read : undefined;
+    });
+    expect(job).toMatchObject({ resent: 1, found: 1 });
+    expect(await operatorJson('recover', '--endpoint', endpointId, '--since', since)).toMatchObject({ id: asked.id, replayed: true });
+    const [series] = await rows<{ series: number }>('select series from webhook_deliveries where id = ?', [deliveryId]);
+    expect(series).toEqual({ series: 2 });
+    expect(await rows('select outcome, target_id from audit_events where organization_id = ? and action = ?', [tenant.organizationId, 'operator.webhook.recover'])).toEqual([
+      { outcome: 'succeeded', target_id: endpointId },
+      { outcome: 'succeeded', target_id: endpointId },
+    ]);
+    const text = await operator(['recovery', asked.id]);
+    expect(text.stdout).toContain(`recovery ${asked.id}  finished`);
+  });
+
+  it('refuses a resend of a held delivery and a window over 14 days', async () => {
+    const tenant = await t.tenant();
+    expect((await operator(['kill-switch', 'on', '--org', tenant.organizationId, '--reason', 'resend drill'])).status).toBe(0);
+    const { endpointId, deliveryId } = await sendTestDelivery(tenant, '/ok');
+    await waitFor('the delivery to be held', async () => (await deliveryStatus(deliveryId)) === 'held');
+    const refused = await operator(['resend', deliveryId]);
+    expect(refused.status).toBe(1);
+    expect(refused.stderr).toMatch(/^operator: DELIVERY_NOT_RESENDABLE: /);
+    const long = await operator(['recover', '--endpoint', endpointId, '--since', '2026-01-01', '--until', '2026-02-01']);
+    expect(long.status).toBe(1);
+    expect(long.stderr).toMatch(/^operator: RECOVERY_WINDOW_TOO_LONG: /);
+    expect((await operator(['recover', '--endpoint', endpointId])).status).toBe(2);
+    expect((await operator(['kill-switch', 'off', '--org', tenant.organizationId])).status).toBe(0);
+  });
+});
+
 describe('credentials and usage', () => {
   it('exits 1 with OPERATOR_CREDENTIAL_REQUIRED on a wrong token', async () => {
     const run = await operator(['kill-switch', 'get'], { OPERATOR_TOKEN: 'not-the-operator-token-but-long-enough-0000' });
