@@ -41,7 +41,7 @@ import {
 import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
-import { endpointsPage, organizationEndpoint, type ListedEndpoint } from './endpoints';
+import { endpointsPage, type ListedEndpoint } from './endpoints';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
