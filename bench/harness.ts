@@ -8,7 +8,8 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { Client } from 'pg';
+import type { Client } from 'pg';
+import { withClient } from '../test/support/databases';
 import { percentile, startLoad, withCpu, type Load } from './lib';
 import type { Segment, SegmentCommand } from './child';
 import type { HttpLoadInput } from './load-http';
@@ -73,14 +74,8 @@ export const elapsed = () => (Date.now() - started) / 1000;
 export const log = (message: string) => process.stderr.write(`[bench ${elapsed().toFixed(0).padStart(3)}s] ${message}\n`);
 export const fmtMs = (value: number | null | undefined) => (value == null ? '?' : `${value.toFixed(2)} ms`);
 
-export async function admin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
-  const client = new Client({ connectionString: ADMIN_URL });
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
+export function admin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
+  return withClient(ADMIN_URL, fn);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -131,22 +126,12 @@ export function median(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-export interface FigureInput {
-  id: string;
-  figure: string;
-  value: number | null;
-  unit: string;
-  baseline: number | null;
-  baselineUnit: string;
-  /** One value per pair (the figure is their median), or a single measurement. */
-  ratios: number[] | number;
-  ratioLabel?: string;
-  goal?: string;
-  check?: (ratio: number) => boolean;
-  cpu?: { value: number | null; baseline: number | null };
-  loadAverage?: { min: number; max: number } | null;
-  detail?: Record<string, unknown>;
-}
+export type FigureInput = Pick<Figure, 'id' | 'figure'> &
+  Partial<Pick<Figure, 'value' | 'unit' | 'baseline' | 'baselineUnit' | 'ratioLabel' | 'goal' | 'cpu' | 'loadAverage' | 'detail'>> & {
+    /** One value per pair (the figure is their median), or a single measurement. */
+    ratios: number[] | number;
+    check?: (ratio: number) => boolean;
+  };
 
 export function addFigure(input: FigureInput): void {
   const values = (typeof input.ratios === 'number' ? [input.ratios] : input.ratios).filter((v) => Number.isFinite(v));
@@ -158,10 +143,10 @@ export function addFigure(input: FigureInput): void {
   figures.push({
     id: input.id,
     figure: input.figure,
-    value: input.value,
-    unit: input.unit,
-    baseline: input.baseline,
-    baselineUnit: input.baselineUnit,
+    value: input.value ?? null,
+    unit: input.unit ?? '',
+    baseline: input.baseline ?? null,
+    baselineUnit: input.baselineUnit ?? '',
     ratio,
     ratioLabel: input.ratioLabel ?? 'ratio',
     spread,

@@ -40,10 +40,6 @@ export async function benchGateway(ctx: Context): Promise<void> {
     addFigure({
       id: 'rest_gateway_overhead',
       figure: overheadName,
-      value: null,
-      unit: '',
-      baseline: null,
-      baselineUnit: '',
       ratios: throughputRatios(measured).map((r) => 1 - r),
       ratioLabel: 'overhead',
       goal: '≤ 10%',

@@ -168,10 +168,6 @@ export async function benchPickup(ctx: Context): Promise<void> {
       addFigure({
         id,
         figure,
-        value: null,
-        unit: '',
-        baseline: null,
-        baselineUnit: '',
         ratios: values,
         ratioLabel: 'ms',
         ...(goal !== undefined ? { goal: `≤ ${goal} ms`, check: (v: number) => v <= goal } : {}),
