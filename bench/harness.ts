@@ -259,13 +259,19 @@ export interface Rounds {
 
 const load1 = () => Math.round(os.loadavg()[0]! * 100) / 100;
 
+/** The 1-minute load average over a figure measured without `rounds`: mark() at each round, then range(). */
+export function loadAverageMeter(): { mark(): void; range(): { min: number; max: number } } {
+  const loads = [load1()];
+  return { mark: () => void loads.push(load1()), range: () => ({ min: Math.min(...loads), max: Math.max(...loads) }) };
+}
+
 /**
  * PAIRS rounds in which every side runs one segment back to back, the order reversed
  * every other round (A B, B A, ...), so drift in the neighbours' load weighs on every side.
  */
 export async function rounds(sides: Side[], count = PAIRS): Promise<Rounds> {
   const segments: Measured[][] = sides.map(() => []);
-  const loads = [load1()];
+  const load = loadAverageMeter();
   for (let r = 0; r < count; r++) {
     const order = sides.map((_, i) => i);
     if (r % 2 === 1) order.reverse();
@@ -274,9 +280,9 @@ export async function rounds(sides: Side[], count = PAIRS): Promise<Rounds> {
       log(`  ${r + 1}/${count} ${sides[i]!.label}: ${describe(measured)}`);
       segments[i]!.push(measured);
     }
-    loads.push(load1());
+    load.mark();
   }
-  return { segments, summaries: segments.map(summarize), loadAverage: { min: Math.min(...loads), max: Math.max(...loads) } };
+  return { segments, summaries: segments.map(summarize), loadAverage: load.range() };
 }
 
 /** Per round, side `a`'s throughput ÷ side `b`'s. */

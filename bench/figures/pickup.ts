@@ -17,7 +17,7 @@ import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
 import { percentile, sleep } from '../lib';
-import { CONNECTIONS, DATABASE_URL, PAIRS, SEGMENT_SECONDS, addFigure, diagnostics, failedFigure, fmtMs, log } from '../harness';
+import { CONNECTIONS, DATABASE_URL, PAIRS, SEGMENT_SECONDS, addFigure, diagnostics, failedFigure, fmtMs, loadAverageMeter, log } from '../harness';
 import { INTERNAL_TOKEN, POLL_INTERVAL_MS, createEndpoints, insertPending, type Context } from '../context';
 
 export const PICKUP_GOAL_P50_MS = 2;
@@ -105,6 +105,7 @@ export async function benchPickup(ctx: Context): Promise<void> {
 
     for (let i = 0; i < 20; i++) await publishOnce();
     log(`pickup_latency: ${PAIRS} rounds: ${CONNECTIONS} loops publish-and-wait for ${SEGMENT_SECONDS} s (capacity), then evenly spaced publishes at half of it for ${SEGMENT_SECONDS} s; ${ONE_AT_A_TIME} polled pickups and NOTIFYs`);
+    const load = loadAverageMeter();
     const perRound: { capacity: number; rate: number; call: number[]; pickup: number[]; polled: number[]; notify: number[] }[] = [];
     for (let round = 0; round < PAIRS; round++) {
       // Capacity: 16 loops, each publishing and waiting for its delivery to arrive.
@@ -153,6 +154,7 @@ export async function benchPickup(ctx: Context): Promise<void> {
       }
       const r = { capacity, rate, call: sorted(done.map((d) => d[0])), pickup: sorted(done.map((d) => d[1])), polled: sorted(polled), notify: sorted(notify) };
       perRound.push(r);
+      load.mark();
       log(
         `  ${round + 1}/${PAIRS} capacity ${capacity.toFixed(1)}/s, at ${rate.toFixed(1)}/s: pickup p50 ${fmtMs(percentile(r.pickup, 50))} p99 ${fmtMs(percentile(r.pickup, 99))}, ` +
           `call p50 ${fmtMs(percentile(r.call, 50))}; polled p50 ${fmtMs(percentile(r.polled, 50))}; NOTIFY p50 ${fmtMs(percentile(r.notify, 50))}`,
@@ -170,6 +172,7 @@ export async function benchPickup(ctx: Context): Promise<void> {
         figure,
         ratios: values,
         ratioLabel: 'ms',
+        loadAverage: load.range(),
         ...(goal !== undefined ? { goal: `≤ ${goal} ms`, check: (v: number) => v <= goal } : {}),
         detail: id === 'pickup_latency_p50' ? { rounds: perRound.map((r) => ({ capacity: r.capacity, rate: r.rate, samples: r.pickup.length })), ratesPerSecond: rates } : {},
       });

@@ -9,7 +9,7 @@
  */
 import https from 'node:https';
 import { percentile, withCpu } from '../lib';
-import { PAIRS, addFigure, diagnostics, failedFigure, fmtMs, log, median } from '../harness';
+import { PAIRS, addFigure, diagnostics, failedFigure, fmtMs, loadAverageMeter, log, median } from '../harness';
 import { api, createEndpoints, type Context } from '../context';
 import { samplePayload } from './engine';
 
@@ -60,6 +60,7 @@ export async function benchTestDelivery(ctx: Context): Promise<void> {
     const service: number[][] = [];
     const raw: number[][] = [];
     let serviceCpu: number | null = 0;
+    const load = loadAverageMeter();
     for (let pair = 0; pair < PAIRS; pair++) {
       const runService = async () => {
         const { result, cpuSeconds } = await withCpu(ctx.server.proc.pid, async () => {
@@ -82,6 +83,7 @@ export async function benchTestDelivery(ctx: Context): Promise<void> {
         await runRaw();
         await runService();
       }
+      load.mark();
     }
     answered.sort((x, y) => x - y);
     const cpuPerPublish = serviceCpu === null ? null : (serviceCpu * 1000) / (block * PAIRS);
@@ -101,6 +103,7 @@ export async function benchTestDelivery(ctx: Context): Promise<void> {
         baselineUnit: 'ms',
         ratios: service.map((s, i) => percentile(s, p) / percentile(raw[i]!, p)),
         cpu: { value: cpuPerPublish, baseline: null },
+        loadAverage: load.range(),
         detail: p === 50 ? { samplesPerBlock: block, serviceMs: service, rawMs: raw, answeredMs: answered } : {},
       });
     }
