@@ -5,7 +5,13 @@
  * garbage collector), the functions with the most self time, and the inclusive time of
  * this project's own functions (a function's share of the samples it is on the stack of).
  *
- *   scripts/with-node.sh tsx bench/profile-summary.ts /tmp/prof/CPU.*.cpuprofile [top]
+ * It ends with the busy time by layer: each sample goes to the layer of the first frame on
+ * its stack that belongs to one (zlib anywhere on the stack: compression; a socket write:
+ * to PostgreSQL when pg is on the stack, else to the client; then the nearest dependency or
+ * module of this project), so the time Node's internals and native code spend on a layer's
+ * behalf counts for that layer. `skip` leaves out the first seconds (start-up, seeding).
+ *
+ *   scripts/with-node.sh tsx bench/profile-summary.ts /tmp/prof/CPU.*.cpuprofile [top] [skip]
  */
 import fs from 'node:fs';
 
@@ -32,9 +38,27 @@ function placeOf(url: string, functionName: string): string {
   return url.replace(/^file:\/\//, '');
 }
 
-const [file, topArg] = process.argv.slice(2);
+/** The layer a sample's time belongs to; null for idle time. */
+function layerOf(stack: ProfileNode[]): string | null {
+  const leaf = stack[0]!.callFrame.functionName;
+  if (leaf === '(idle)') return null;
+  if (leaf === '(garbage collector)' || leaf === '(program)') return leaf;
+  if (stack.some((n) => n.callFrame.url.includes('zlib'))) return 'compression (zlib)';
+  const places = stack.map((n) => placeOf(n.callFrame.url, n.callFrame.functionName));
+  if (['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String'].includes(leaf)) {
+    return places.some((p) => p === 'pg' || p === 'pg-protocol') ? 'socket writes to PostgreSQL' : 'socket writes to the client';
+  }
+  const owner = places.find((p) => !p.startsWith('(') && p !== 'node:internal');
+  if (!owner) return `node internals (${leaf || '(anonymous)'})`;
+  if (/^(pg|pg-protocol|pg-types|pg-pool)$/.test(owner)) return 'pg (protocol, rows)';
+  if (owner === 'kysely' || owner.startsWith('@mikro-orm') || owner === 'src/db') return 'Kysely, MikroORM, src/db';
+  if (owner === 'tsx' || owner === 'esbuild') return 'tsx (compiling sources)';
+  return owner;
+}
+
+const [file, topArg, skipArg] = process.argv.slice(2);
 if (!file) {
-  process.stderr.write('usage: profile-summary.ts <file.cpuprofile> [top]\n');
+  process.stderr.write('usage: profile-summary.ts <file.cpuprofile> [top] [skip seconds]\n');
   process.exit(2);
 }
 const profile = JSON.parse(fs.readFileSync(file, 'utf8')) as Profile;
@@ -44,10 +68,15 @@ for (const node of profile.nodes) for (const child of node.children ?? []) paren
 const inclusive = new Map<string, number>();
 const byPlace = new Map<string, number>();
 const byFunction = new Map<string, number>();
+const byLayer = new Map<string, number>();
+const skipMicros = Number(skipArg ?? 0) * 1e6;
 let total = 0;
+let at = 0;
 profile.samples.forEach((id, i) => {
   const node = byId.get(id)!;
   const micros = profile.timeDeltas[i] ?? 0;
+  at += micros;
+  if (at < skipMicros) return;
   total += micros;
   const { functionName, url } = node.callFrame;
   const place = placeOf(url, functionName);
@@ -56,9 +85,12 @@ profile.samples.forEach((id, i) => {
   // Line numbers of bundled dependencies and transpiled sources say little; the name and place do.
   const name = `${functionName || '(anonymous)'} ${place}`;
   byFunction.set(name, (byFunction.get(name) ?? 0) + micros);
+  const stack: ProfileNode[] = [];
+  for (let up: number | undefined = id; up !== undefined; up = parentOf.get(up)) stack.push(byId.get(up)!);
+  const layer = layerOf(stack);
+  if (layer) byLayer.set(layer, (byLayer.get(layer) ?? 0) + micros);
   const onStack = new Set<string>();
-  for (let at: number | undefined = id; at !== undefined; at = parentOf.get(at)) {
-    const frame = byId.get(at)!.callFrame;
+  for (const { callFrame: frame } of stack) {
     const where = placeOf(frame.url, frame.functionName);
     if (where.startsWith('src/')) onStack.add(`${frame.functionName || '(anonymous)'} ${where}`);
   }
@@ -71,7 +103,7 @@ const top = Number(topArg ?? 30);
 const sorted = (m: Map<string, number>) => [...m].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]);
 process.stdout.write(
   [
-    `${(total / 1e6).toFixed(1)} s profiled, ${(busy / 1e6).toFixed(1)} s busy (shares below are of busy time)`,
+    `${(total / 1e6).toFixed(1)} s profiled${skipMicros > 0 ? ` after the first ${skipMicros / 1e6} s` : ''}, ${(busy / 1e6).toFixed(1)} s busy (shares below are of busy time)`,
     '',
     'Self time by place:',
     ...sorted(byPlace).slice(0, top).map(line),
@@ -81,6 +113,9 @@ process.stdout.write(
     '',
     `Top ${top} of this project's functions by inclusive time:`,
     ...sorted(inclusive).slice(0, top).map(line),
+    '',
+    'Busy time by layer (native and Node-internal time counted for the layer it works for):',
+    ...sorted(byLayer).slice(0, top).map(line),
     '',
   ].join('\n'),
 );

@@ -30,14 +30,19 @@ export function databaseUrl(name: string, role?: string): string {
   return url.toString();
 }
 
-export async function withAdmin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
-  const client = new Client({ connectionString: ADMIN_URL });
+/** Runs `fn` on a client of its own at `connectionString`, closed whatever happens. */
+export async function withClient<T>(connectionString: string, fn: (client: Client) => Promise<T>): Promise<T> {
+  const client = new Client({ connectionString });
   await client.connect();
   try {
     return await fn(client);
   } finally {
     await client.end();
   }
+}
+
+export function withAdmin<T>(fn: (client: Client) => Promise<T>): Promise<T> {
+  return withClient(ADMIN_URL, fn);
 }
 
 export interface TestDatabase {
