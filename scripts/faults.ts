@@ -24,12 +24,16 @@ import { INTERRUPTED_ATTEMPT } from '../src/delivery';
 import { makeTestTls } from '../test/support/tls';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../test/support/https-receiver';
 import { serviceNodeFlags } from './service-node-flags';
+import { startTemporalDevServer, type DevServer } from './temporal-server';
 
 const ROOT = path.resolve(__dirname, '..');
 const TERMINAL = ['delivered', 'dead_lettered', 'failed'];
 
 const violations: string[] = [];
-const counts = { faultsInjected: 0, deliveries: 0, lost: 0, unexplainedArrivals: 0 };
+const newCounts = () => ({ faultsInjected: 0, deliveries: 0, lost: 0, unexplainedArrivals: 0 });
+const totals = { embedded: newCounts(), temporal: newCounts() };
+/** The engine whose scenarios are running: their figures add up here. */
+let counts = totals.embedded;
 
 function check(ok: boolean, message: string): void {
   if (!ok) violations.push(message);
@@ -145,16 +149,21 @@ function killAll(): void {
   }
 }
 
-async function startService(env: Record<string, string>): Promise<Service> {
+/**
+ * Starts one of the service's entry points as its own process group and waits for the log
+ * line saying it is ready; the API and the delivery worker start the same way, with the same
+ * environment, as production runs them.
+ */
+async function startProcess(kind: 'service' | 'worker', entry: string, env: Record<string, string>, readyMessage: string): Promise<{ ready: Record<string, unknown>; stop(signal?: NodeJS.Signals): Promise<void> }> {
   // One process, not tsx's launcher and a child: a signal reaches the service itself.
-  const child = spawn(process.execPath, ['--import', 'tsx', ...serviceNodeFlags(ROOT), 'src/server/main.ts'], {
+  const child = spawn(process.execPath, ['--import', 'tsx', ...serviceNodeFlags(ROOT), entry], {
     cwd: ROOT,
-    env: { ...process.env, NODE_ENV: 'test', PORT: '0', LOG_LEVEL: 'info', ...serviceUrls, ...env },
+    env: { ...process.env, NODE_ENV: 'test', LOG_LEVEL: 'info', ...serviceUrls, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
   children.add(child);
-  const name = `service ${++servicesStarted} pid ${child.pid}`;
+  const name = `${kind} ${++servicesStarted} pid ${child.pid}`;
   keepOutput(name, child.stdout!);
   keepOutput(name, child.stderr!);
   let stopping = false;
@@ -163,23 +172,27 @@ async function startService(env: Record<string, string>): Promise<Service> {
     children.delete(child);
     if (!stopping) serviceOutput.push(`[${name}] exited unexpectedly (code ${code}, signal ${signal})`);
   });
-  const url = await new Promise<string>((resolve, reject) => {
+  const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
     let buffer = '';
-    const timer = setTimeout(() => reject(new Error('the service did not start within 30 s')), 30_000);
+    // A worker bundles the workflows at start: tens of seconds on a busy machine.
+    const timer = setTimeout(() => reject(new Error(`the ${kind} did not start within 90 s`)), 90_000);
     child.stdout!.on('data', (chunk: Buffer) => {
       buffer += chunk.toString();
       for (const line of buffer.split('\n').slice(0, -1)) {
-        if (line.includes('"msg":"listening"')) {
+        if (line.includes(`"msg":"${readyMessage}"`)) {
           clearTimeout(timer);
-          resolve((JSON.parse(line) as { url: string }).url);
+          resolve(JSON.parse(line) as Record<string, unknown>);
         }
       }
       buffer = buffer.slice(buffer.lastIndexOf('\n') + 1);
     });
-    child.once('exit', (code) => reject(new Error(`the service exited with ${code} before listening`)));
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the ${kind} exited with ${code} before it was ready`));
+    });
   });
   return {
-    url,
+    ready,
     async stop(signal = 'SIGTERM') {
       stopping = true;
       try {
@@ -190,6 +203,17 @@ async function startService(env: Record<string, string>): Promise<Service> {
       await exited;
     },
   };
+}
+
+async function startService(env: Record<string, string>): Promise<Service> {
+  const { ready, stop } = await startProcess('service', 'src/server/main.ts', { PORT: '0', ...env }, 'listening');
+  return { url: ready.url as string, stop };
+}
+
+/** `npm run worker`: runs the delivery workflows and activities of the task queue in `env`. */
+async function startWorker(env: Record<string, string>): Promise<Pick<Service, 'stop'>> {
+  const { stop } = await startProcess('worker', 'src/delivery/worker-main.ts', { WORKER_METRICS_PORT: '0', ...env }, 'delivery worker running');
+  return { stop };
 }
 
 async function api(base: string, key: string, method: string, route: string, body?: unknown): Promise<{ status: number; body: any }> {
@@ -519,14 +543,199 @@ async function main(): Promise<void> {
     await receiver.close();
   }
 
-  console.log(
-    `\nfaults injected: ${counts.faultsInjected}, deliveries: ${counts.deliveries}, lost: ${counts.lost}, arrivals without an accepted call: ${counts.unexplainedArrivals}`,
+  counts = totals.temporal;
+  await temporalScenarios(env, tls);
+
+  console.log('');
+  for (const [engine, total] of Object.entries(totals)) {
+    console.log(
+      `${engine}: faults injected: ${total.faultsInjected}, deliveries: ${total.deliveries}, lost: ${total.lost}, arrivals without an accepted call: ${total.unexplainedArrivals}`,
+    );
+  }
+  check(
+    Object.values(totals).every((total) => total.lost === 0 && total.unexplainedArrivals === 0),
+    'on both engines, nothing lost, nothing sent that was not asked for',
   );
-  check(counts.lost === 0 && counts.unexplainedArrivals === 0, 'nothing lost, nothing sent that was not asked for');
+}
+
+let temporalServer: DevServer | null = null;
+let temporalDir: string | null = null;
+
+/** Stops the Temporal server and starts it again on the same port and SQLite file: its workflows survive. */
+async function restartTemporal(): Promise<void> {
+  const { options } = temporalServer!;
+  await temporalServer!.stop();
+  temporalServer = null;
+  temporalServer = await startTemporalDevServer(options);
+}
+
+/** The internal credential the Temporal part publishes events with. */
+const PUBLISHER_TOKEN = 'faults-publisher-token-0123456789abcdef';
+
+/** EventService/PublishEvent over Connect's JSON protocol, as an internal service calls it. */
+async function publish(base: string, organizationId: string, eventId: string): Promise<{ status: number; deliveryIds: string[] }> {
+  const res = await fetch(`${base}/publishing.internal.v1.EventService/PublishEvent`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${PUBLISHER_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ organizationId, eventId, eventType: 'post.held', payload: { postId: eventId } }),
+  });
+  const body = (await res.json().catch(() => null)) as { event?: { deliveries?: { deliveryId: string }[] } } | null;
+  return { status: res.status, deliveryIds: (body?.event?.deliveries ?? []).map((d) => d.deliveryId) };
+}
+
+/**
+ * The same promises with each delivery a `deliverWebhook` workflow: the API started with
+ * TEMPORAL_ADDRESS and the delivery worker as processes of their own, against a Temporal
+ * development server this run starts on a SQLite file, so a restart keeps its workflows.
+ */
+async function temporalScenarios(embeddedEnv: Record<string, string>, tls: Awaited<ReturnType<typeof makeTestTls>>): Promise<void> {
+  temporalDir = mkdtempSync(path.join(os.tmpdir(), 'publishing-faults-temporal-'));
+  temporalServer = await startTemporalDevServer({
+    dbFile: path.join(temporalDir, 'temporal.sqlite'),
+    uiPort: false,
+    logFile: path.join(temporalDir, 'temporal.log'),
+  });
+  console.log(`Temporal development server of this run on ${temporalServer.address}`);
+  const env = {
+    ...embeddedEnv,
+    TEMPORAL_ADDRESS: temporalServer.address,
+    TEMPORAL_SEARCH_ATTRIBUTES: 'true',
+    TEMPORAL_TASK_QUEUE: `faults-${process.pid}`,
+    // Attempts a receiver holds for 3 s must not time out.
+    DELIVERY_ATTEMPT_TIMEOUT_MS: '10000',
+    DELIVERY_TEST_PENDING_SWEEP_MS: '1000',
+    INTERNAL_SERVICE_TOKENS: `faults:${PUBLISHER_TOKEN}`,
+  };
+  const service = await startService(env);
+  let worker = await startWorker(env);
+
+  console.log('T1. the worker killed with SIGKILL while a receiver holds 10 attempts for 3 s, then a new worker');
+  {
+    const { key } = await newTenant();
+    const paths = Array.from({ length: 10 }, (_, i) => `w${i}`);
+    const receiver = await startHttpsReceiver({
+      tls,
+      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n === 0 ? { status: 200, delayMs: 3_000 } : { status: 200 })]))),
+    });
+    const ids: string[] = [];
+    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    await receiver.waitForRequests(paths.length, 30_000);
+    await worker.stop('SIGKILL');
+    counts.faultsInjected++;
+    const started = Date.now();
+    worker = await startWorker(env);
+    // Temporal retries an attempt whose worker died once its heartbeat timeout (15 s) passes.
+    const settled = await waitUntilSettled(ids, 120_000);
+    console.log(`  killed with ${paths.length} attempts in flight; all settled ${Math.round((Date.now() - started) / 1000)} s later`);
+    for (const id of ids) {
+      counts.deliveries++;
+      if (settled.get(id)?.status !== 'delivered') counts.lost++;
+    }
+    check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered after a new worker took over');
+    await checkPerEvent('worker SIGKILL', [receiver], settled, { allowUnsentInterrupted: true });
+    await receiver.close();
+  }
+
+  console.log('T2. the Temporal server restarted with 10 deliveries retrying');
+  {
+    const { key } = await newTenant();
+    const paths = Array.from({ length: 10 }, (_, i) => `r${i}`);
+    const receiver = await startHttpsReceiver({
+      tls,
+      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 3 ? { status: 503 } : { status: 200 })]))),
+    });
+    const ids: string[] = [];
+    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    await receiver.waitForRequests(15, 30_000);
+    await restartTemporal();
+    counts.faultsInjected++;
+    const mid = await sql<{ n: number }>(`select count(*)::int as n from webhook_deliveries where id = any($1) and status <> 'delivered'`, [ids]);
+    console.log(`  restarted with ${mid[0]?.n} of ${ids.length} deliveries unfinished, ${receiver.requests.length} requests received`);
+    const settled = await waitUntilSettled(ids, 120_000);
+    for (const id of ids) {
+      counts.deliveries++;
+      if (settled.get(id)?.status !== 'delivered') counts.lost++;
+    }
+    check(
+      ids.every((id) => settled.get(id)?.status === 'delivered' && settled.get(id)?.attempt_count === 4),
+      'every delivery ended delivered on attempt 4, as scheduled before the restart',
+    );
+    await checkPerEvent('Temporal restarted while retrying', [receiver], settled);
+    await receiver.close();
+  }
+
+  console.log('T3. PostgreSQL restarted with 10 deliveries retrying on Temporal');
+  {
+    const { key } = await newTenant();
+    const paths = Array.from({ length: 10 }, (_, i) => `q${i}`);
+    const receiver = await startHttpsReceiver({
+      tls,
+      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 4 ? { status: 503 } : { status: 200 })]))),
+    });
+    const ids: string[] = [];
+    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    await receiver.waitForRequests(10, 30_000);
+    cluster!.stop();
+    await cluster!.start();
+    counts.faultsInjected++;
+    const settled = await waitUntilSettled(ids, 120_000);
+    for (const id of ids) {
+      counts.deliveries++;
+      if (settled.get(id)?.status !== 'delivered') counts.lost++;
+    }
+    check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered');
+    await checkPerEvent('PostgreSQL restarted under Temporal', [receiver], settled);
+    await receiver.close();
+  }
+
+  console.log('T4. Temporal down while the API takes 5 test calls and 2 publishes to 3 endpoints, then up again');
+  {
+    const { org, key } = await newTenant();
+    const receiver = await startHttpsReceiver({ tls });
+    const endpointIds: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const created = await api(service.url, key, 'POST', '/api/v1/webhooks', { url: `${receiver.url}/d${i}`, eventNames: ['post.held'] });
+      if (created.status !== 200) throw new Error(`create webhook: ${created.status} ${JSON.stringify(created.body)}`);
+      endpointIds.push(created.body.endpoint.id as string);
+    }
+    await temporalServer.stop();
+    counts.faultsInjected++;
+    const tests = await Promise.all(Array.from({ length: 5 }, (_, i) => api(service.url, key, 'POST', `/api/v1/webhooks/${endpointIds[i % 3]}/test`)));
+    const published = await Promise.all(['down-1', 'down-2'].map((eventId) => publish(service.url, org.id, `${eventId}-${org.id}`)));
+    check(
+      tests.every((r) => r.status === 200) && published.every((r) => r.status === 200 && r.deliveryIds.length === 3),
+      `every call accepted while Temporal was down (test calls ${tests.map((r) => r.status).join(' ')}, publishes ${published.map((r) => `${r.status}/${r.deliveryIds.length}`).join(' ')})`,
+    );
+    const ids = [...tests.map((r) => r.body?.delivery?.id as string), ...published.flatMap((r) => r.deliveryIds)].filter(Boolean);
+    const pending = await sql<{ n: number }>(`select count(*)::int as n from webhook_deliveries where id = any($1) and status = 'pending'`, [ids]);
+    check(pending[0]?.n === 11, `all 11 deliveries recorded as pending while Temporal was down (${pending[0]?.n})`);
+    check(receiver.requests.length === 0, `nothing sent while Temporal was down (${receiver.requests.length} requests)`);
+    temporalServer = await startTemporalDevServer(temporalServer.options);
+    const started = Date.now();
+    const settled = await waitUntilSettled(ids, 120_000);
+    console.log(`  Temporal up again: all settled ${Math.round((Date.now() - started) / 1000)} s later`);
+    for (const id of ids) {
+      counts.deliveries++;
+      if (settled.get(id)?.status !== 'delivered') counts.lost++;
+    }
+    check(ids.length === 11 && ids.every((id) => settled.get(id)?.status === 'delivered'), 'the pending sweep started every one, and every one ended delivered');
+    await checkPerEvent('Temporal down while accepting calls', [receiver], settled);
+    await receiver.close();
+  }
+
+  // The worker first, so no attempt starts against an API or server that is going away.
+  await worker.stop();
+  await service.stop();
+  await temporalServer.stop();
+  temporalServer = null;
 }
 
 async function cleanUp(): Promise<void> {
   killAll();
+  await temporalServer?.kill();
+  temporalServer = null;
+  if (temporalDir) rmSync(temporalDir, { recursive: true, force: true });
+  temporalDir = null;
   cluster?.destroy();
   cluster = null;
 }
