@@ -1,16 +1,26 @@
 /**
  * Fault injection: `npm run faults`. Runs the service as real child processes against a
  * PostgreSQL cluster of its own (initdb in a temporary directory, on a free port), so that
- * restarting that cluster touches nothing else, and injects what production will do to it:
+ * restarting that cluster touches nothing else, and injects what production will do to it.
+ * First on the embedded engine:
  *   1. receiver faults: 500, timeout, connection reset, slow drip, redirect, TLS failure;
  *   2. the service killed with SIGKILL in the middle of retries, then restarted;
  *   3. PostgreSQL stopped while a receiver holds 16 requests for 3 s, and restarted with
  *      deliveries retrying;
  *   4. two service instances taking 1,000 concurrent test calls.
+ * Then on Temporal: a development server of this run's own (a SQLite file in a temporary
+ * directory, so a restart keeps its workflows), the API with TEMPORAL_ADDRESS and a task
+ * queue of its own, and the delivery worker (`npm run worker`) as a process of its own:
+ *   T1. the worker killed with SIGKILL while a receiver holds its attempts, then a new worker;
+ *   T2. the Temporal server restarted with deliveries retrying;
+ *   T3. PostgreSQL restarted with deliveries retrying;
+ *   T4. the Temporal server down while the API takes test calls and publishes, then up: the
+ *       pending sweep (shortened with DELIVERY_TEST_PENDING_SWEEP_MS) starts them.
  * Per event it checks what the README promises: arrivals at the receiver equal the attempts
  * recorded as sent, exactly one successful attempt per delivered event, and no arrival
- * without an accepted call. It stops every process it started and removes its cluster,
- * also when a check fails. Traffic stays on 127.0.0.1.
+ * without an accepted call; the totals are printed per engine. It stops every process it
+ * started (services, workers, the Temporal server) and removes its cluster and Temporal
+ * files, also when a check fails. Traffic stays on 127.0.0.1.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { chownSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
@@ -228,6 +238,8 @@ async function api(base: string, key: string, method: string, route: string, bod
 interface SettledRow {
   id: string;
   event_id: string;
+  /** The endpoint's URL: one event fans out to several endpoints, each on a path of its own. */
+  url: string;
   status: string;
   attempt_count: number;
   last_error: string | null;
@@ -237,7 +249,8 @@ async function waitUntilSettled(deliveryIds: string[], timeoutMs: number): Promi
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const rows = await sql<SettledRow>(
-      'select id, event_id, status, attempt_count, last_error from webhook_deliveries where id = any($1)',
+      `select d.id, d.event_id, e.url, d.status, d.attempt_count, d.last_error
+         from webhook_deliveries d join webhook_endpoints e on e.id = d.endpoint_id where d.id = any($1)`,
       [deliveryIds],
     ).catch(() => []);
     const settled = rows.filter((r) => TERMINAL.includes(r.status));
@@ -247,10 +260,10 @@ async function waitUntilSettled(deliveryIds: string[], timeoutMs: number): Promi
 }
 
 /**
- * The README's promises, per event: every arrival at the receiver is an attempt recorded as
- * sent (and the reverse, but for an attempt the service was killed between recording it sent
- * and writing it: `allowUnsentInterrupted`), a delivered event has exactly one successful
- * attempt, and nothing arrives that no accepted call recorded.
+ * The README's promises, per delivery (an event at one endpoint): every arrival at the
+ * receiver is an attempt recorded as sent (and the reverse, but for an attempt the service was
+ * killed between recording it sent and writing it: `allowUnsentInterrupted`), a delivered
+ * event has exactly one successful attempt, and nothing arrives that no accepted call recorded.
  */
 async function checkPerEvent(
   label: string,
@@ -268,38 +281,41 @@ async function checkPerEvent(
     [ids, INTERRUPTED_ATTEMPT],
   );
   const byDelivery = new Map(attempts.map((a) => [a.delivery_id, a]));
+  // An arrival belongs to the delivery of its event to the endpoint whose path it came on.
+  const deliveryKey = (endpointPath: string, eventId: string) => `${endpointPath} ${eventId}`;
   const arrivals = new Map<string, number>();
   const successfulArrivals = new Map<string, number>();
   for (const receiver of receivers) {
     for (const request of receiver.requests) {
-      const eventId = (JSON.parse(request.rawBody) as { id: string }).id;
-      arrivals.set(eventId, (arrivals.get(eventId) ?? 0) + 1);
+      const key = deliveryKey(request.path, (JSON.parse(request.rawBody) as { id: string }).id);
+      arrivals.set(key, (arrivals.get(key) ?? 0) + 1);
       if (request.answered !== undefined && request.answered >= 200 && request.answered < 300) {
-        successfulArrivals.set(eventId, (successfulArrivals.get(eventId) ?? 0) + 1);
+        successfulArrivals.set(key, (successfulArrivals.get(key) ?? 0) + 1);
       }
     }
   }
-  const known = new Set([...rows.values()].map((r) => r.event_id));
+  const keyOf = (row: SettledRow) => deliveryKey(new URL(row.url).pathname, row.event_id);
+  const known = new Set([...rows.values()].map(keyOf));
   const strangers = [...arrivals.keys()].filter((e) => !known.has(e));
   counts.unexplainedArrivals += strangers.length;
-  check(strangers.length === 0, `${label}: no arrival without an accepted call (${strangers.length} unknown events)`);
+  check(strangers.length === 0, `${label}: no arrival without an accepted call (${strangers.length} unknown deliveries)`);
 
   const mismatched: string[] = [];
   const withinWindow: string[] = [];
   const notOneSuccess: string[] = [];
   for (const row of rows.values()) {
     const recorded = byDelivery.get(row.id) ?? { dispatched: 0, succeeded: 0, interrupted: 0 };
-    const arrived = arrivals.get(row.event_id) ?? 0;
+    const arrived = arrivals.get(keyOf(row)) ?? 0;
     if (arrived !== recorded.dispatched) {
       const killedBeforeWrite = options.allowUnsentInterrupted && arrived === recorded.dispatched - 1 && recorded.interrupted >= 1;
       (killedBeforeWrite ? withinWindow : mismatched).push(`${row.event_id}: ${arrived} arrived, ${recorded.dispatched} recorded sent`);
     }
     if (row.status === 'delivered' && recorded.succeeded !== 1) notOneSuccess.push(`${row.event_id}: ${recorded.succeeded} successful attempts`);
-    if (row.status === 'delivered' && (successfulArrivals.get(row.event_id) ?? 0) > 1 + recorded.interrupted) {
-      notOneSuccess.push(`${row.event_id}: answered 2xx ${successfulArrivals.get(row.event_id)} times`);
+    if (row.status === 'delivered' && (successfulArrivals.get(keyOf(row)) ?? 0) > 1 + recorded.interrupted) {
+      notOneSuccess.push(`${row.event_id}: answered 2xx ${successfulArrivals.get(keyOf(row))} times`);
     }
   }
-  check(mismatched.length === 0, `${label}: per event, arrivals equal attempts recorded as sent${mismatched.length ? ` (${mismatched.slice(0, 5).join('; ')})` : ''}`);
+  check(mismatched.length === 0, `${label}: per delivery, arrivals equal attempts recorded as sent${mismatched.length ? ` (${mismatched.slice(0, 5).join('; ')})` : ''}`);
   if (withinWindow.length > 0) console.log(`       ${withinWindow.length} event(s) killed between recording an attempt sent and writing it (README window): ${withinWindow.join('; ')}`);
   check(notOneSuccess.length === 0, `${label}: exactly one successful attempt per delivered event${notOneSuccess.length ? ` (${notOneSuccess.slice(0, 5).join('; ')})` : ''}`);
 }
@@ -525,7 +541,11 @@ async function main(): Promise<void> {
     counts.faultsInjected++;
     const accepted = answers.filter((r) => r.status === 200);
     const limited = answers.filter((r) => r.status === 429).length;
-    check(accepted.length === 300 && limited === 700, `exactly 300 accepted and 700 rate-limited (got ${accepted.length} and ${limited})`);
+    const others = answers.filter((r) => r.status !== 200 && r.status !== 429).map((r) => `${r.status} ${r.body?.code ?? ''}`.trim());
+    check(
+      accepted.length === 300 && limited === 700,
+      `exactly 300 accepted and 700 rate-limited (got ${accepted.length} and ${limited}${others.length ? `; other answers: ${[...new Set(others)].map((o) => `${others.filter((x) => x === o).length}× ${o}`).join(', ')}` : ''})`,
+    );
     const rows = await sql<{ id: string }>('select id from webhook_deliveries where endpoint_id = $1', [endpointId]);
     check(rows.length === accepted.length, `one delivery recorded per accepted call (${rows.length})`);
     const acceptedIds = new Set(accepted.map((r) => r.body.delivery.id as string));
@@ -622,11 +642,12 @@ async function temporalScenarios(embeddedEnv: Record<string, string>, tls: Await
     await receiver.waitForRequests(paths.length, 30_000);
     await worker.stop('SIGKILL');
     counts.faultsInjected++;
+    const inFlight = receiver.requests.filter((r) => r.answered === undefined).length;
     const started = Date.now();
     worker = await startWorker(env);
     // Temporal retries an attempt whose worker died once its heartbeat timeout (15 s) passes.
     const settled = await waitUntilSettled(ids, 120_000);
-    console.log(`  killed with ${paths.length} attempts in flight; all settled ${Math.round((Date.now() - started) / 1000)} s later`);
+    console.log(`  killed with ${inFlight} attempts unanswered at the receiver; all settled ${Math.round((Date.now() - started) / 1000)} s later`);
     for (const id of ids) {
       counts.deliveries++;
       if (settled.get(id)?.status !== 'delivered') counts.lost++;
