@@ -331,6 +331,26 @@ function scripted(plan: Record<string, (n: number) => ReceiverAction>) {
   };
 }
 
+/** Each of `paths` answers `action` to its first `times` requests, then 200. */
+function firstOnEachPath(paths: string[], times: number, action: ReceiverAction) {
+  return scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < times ? action : { status: 200 })])));
+}
+
+/** One endpoint per path of the receiver, and a test call to each: the deliveries' ids. */
+async function sendToEachPath(base: string, key: string, receiverUrl: string, paths: string[]): Promise<string[]> {
+  const ids: string[] = [];
+  for (const p of paths) ids.push((await createEndpointAndSend(base, key, `${receiverUrl}/${p}`)).deliveryId);
+  return ids;
+}
+
+/** Adds the deliveries to the engine's figures: lost is one that never reached a final state. */
+function tally(ids: string[], settled: Map<string, SettledRow>): void {
+  for (const id of ids) {
+    counts.deliveries++;
+    if (!TERMINAL.includes(settled.get(id)?.status ?? '')) counts.lost++;
+  }
+}
+
 async function createEndpointAndSend(base: string, key: string, url: string): Promise<{ endpointId: string; deliveryId: string }> {
   const created = await api(base, key, 'POST', '/api/v1/webhooks', { url });
   if (created.status !== 200) throw new Error(`create webhook: ${created.status} ${JSON.stringify(created.body)}`);
@@ -418,9 +438,9 @@ async function main(): Promise<void> {
     sent.set('tls', (await createEndpointAndSend(service.url, key, `${broken.url}/tls`)).deliveryId);
     counts.faultsInjected += sent.size;
     const settled = await waitUntilSettled([...sent.values()], 60_000);
+    tally([...sent.values()], settled);
     for (const [name, id] of sent) {
       const row = settled.get(id);
-      counts.deliveries++;
       if (name === 'tls') {
         check(row?.status === 'dead_lettered' && row.attempt_count === 8, `TLS failure on every attempt → dead-lettered after 8 (got ${row?.status}/${row?.attempt_count})`);
       } else {
@@ -429,7 +449,6 @@ async function main(): Promise<void> {
           `${name} once → delivered on attempt 2 (got ${row?.status}/${row?.attempt_count}${row?.last_error ? `, last error: ${row.last_error}` : ''})`,
         );
       }
-      if (!row || !TERMINAL.includes(row.status)) counts.lost++;
     }
     await service.stop();
     await checkPerEvent('receiver faults', [receiver], new Map([...settled].filter(([id]) => id !== sent.get('tls'))));
@@ -443,13 +462,9 @@ async function main(): Promise<void> {
   {
     const { key } = await newTenant();
     const paths = Array.from({ length: 20 }, (_, i) => `k${i}`);
-    const receiver = await startHttpsReceiver({
-      tls,
-      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 3 ? { status: 500 } : { status: 200 })]))),
-    });
+    const receiver = await startHttpsReceiver({ tls, respond: firstOnEachPath(paths, 3, { status: 500 }) });
     let service = await startService(env);
-    const ids: string[] = [];
-    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    const ids = await sendToEachPath(service.url, key, receiver.url, paths);
     // Kill once the retries are under way: some deliveries have failed attempts behind them.
     await receiver.waitForRequests(25, 30_000);
     await service.stop('SIGKILL');
@@ -458,10 +473,7 @@ async function main(): Promise<void> {
     console.log(`  killed with ${mid[0]?.n} of ${ids.length} deliveries unfinished, ${receiver.requests.length} requests received`);
     service = await startService(env);
     const settled = await waitUntilSettled(ids, 90_000);
-    for (const id of ids) {
-      counts.deliveries++;
-      if (settled.get(id)?.status !== 'delivered') counts.lost++;
-    }
+    tally(ids, settled);
     check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered after the restart');
     await service.stop();
     await checkPerEvent('SIGKILL', [receiver], settled, { allowUnsentInterrupted: true });
@@ -485,10 +497,7 @@ async function main(): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     await cluster.start();
     const settled = await waitUntilSettled(ids, 60_000);
-    for (const id of ids) {
-      counts.deliveries++;
-      if (!TERMINAL.includes(settled.get(id)?.status ?? '')) counts.lost++;
-    }
+    tally(ids, settled);
     check(ids.every((id) => settled.get(id)?.status === 'delivered' && settled.get(id)?.attempt_count === 1), 'every delivery ended delivered on attempt 1');
     check(receiver.requests.length === 16, `each event arrived exactly once (${receiver.requests.length} requests for 16 events)`);
     await checkPerEvent('PostgreSQL stopped mid-request', [receiver], settled);
@@ -505,19 +514,15 @@ async function main(): Promise<void> {
     const receiver = await startHttpsReceiver({
       tls,
       // Four failures 300 ms apart keep every delivery retrying while PostgreSQL restarts.
-      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 4 ? { status: 503 } : { status: 200 })]))),
+      respond: firstOnEachPath(paths, 4, { status: 503 }),
     });
     const service = await startService(env);
-    const ids: string[] = [];
-    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    const ids = await sendToEachPath(service.url, key, receiver.url, paths);
     cluster.stop();
     await cluster.start();
     counts.faultsInjected++;
     const settled = await waitUntilSettled(ids, 120_000);
-    for (const id of ids) {
-      counts.deliveries++;
-      if (!TERMINAL.includes(settled.get(id)?.status ?? '')) counts.lost++;
-    }
+    tally(ids, settled);
     check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered');
     await checkPerEvent('PostgreSQL restarted while retrying', [receiver], settled);
     const list = await api(service.url, key, 'GET', '/api/v1/webhooks');
@@ -553,10 +558,7 @@ async function main(): Promise<void> {
     const settled = await waitUntilSettled(rows.map((r) => r.id), 120_000);
     const usage = await sql<{ deliveries: string }>('select deliveries from delivery_usage where organization_id = $1', [org.id]);
     check(Number(usage[0]?.deliveries) === 300, `the quota counted exactly 300 (got ${usage[0]?.deliveries})`);
-    for (const row of rows) {
-      counts.deliveries++;
-      if (settled.get(row.id)?.status !== 'delivered') counts.lost++;
-    }
+    tally(rows.map((r) => r.id), settled);
     check([...settled.values()].every((r) => r.status === 'delivered'), 'every accepted event was delivered');
     await Promise.all([a!.stop(), b!.stop()]);
     await checkPerEvent('two instances', [receiver], settled);
@@ -633,12 +635,8 @@ async function temporalScenarios(embeddedEnv: Record<string, string>, tls: Await
   {
     const { key } = await newTenant();
     const paths = Array.from({ length: 10 }, (_, i) => `w${i}`);
-    const receiver = await startHttpsReceiver({
-      tls,
-      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n === 0 ? { status: 200, delayMs: 3_000 } : { status: 200 })]))),
-    });
-    const ids: string[] = [];
-    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    const receiver = await startHttpsReceiver({ tls, respond: firstOnEachPath(paths, 1, { status: 200, delayMs: 3_000 }) });
+    const ids = await sendToEachPath(service.url, key, receiver.url, paths);
     await receiver.waitForRequests(paths.length, 30_000);
     await worker.stop('SIGKILL');
     counts.faultsInjected++;
@@ -648,10 +646,7 @@ async function temporalScenarios(embeddedEnv: Record<string, string>, tls: Await
     // Temporal retries an attempt whose worker died once its heartbeat timeout (15 s) passes.
     const settled = await waitUntilSettled(ids, 120_000);
     console.log(`  killed with ${inFlight} attempts unanswered at the receiver; all settled ${Math.round((Date.now() - started) / 1000)} s later`);
-    for (const id of ids) {
-      counts.deliveries++;
-      if (settled.get(id)?.status !== 'delivered') counts.lost++;
-    }
+    tally(ids, settled);
     check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered after a new worker took over');
     await checkPerEvent('worker SIGKILL', [receiver], settled, { allowUnsentInterrupted: true });
     await receiver.close();
@@ -661,22 +656,15 @@ async function temporalScenarios(embeddedEnv: Record<string, string>, tls: Await
   {
     const { key } = await newTenant();
     const paths = Array.from({ length: 10 }, (_, i) => `r${i}`);
-    const receiver = await startHttpsReceiver({
-      tls,
-      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 3 ? { status: 503 } : { status: 200 })]))),
-    });
-    const ids: string[] = [];
-    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    const receiver = await startHttpsReceiver({ tls, respond: firstOnEachPath(paths, 3, { status: 503 }) });
+    const ids = await sendToEachPath(service.url, key, receiver.url, paths);
     await receiver.waitForRequests(15, 30_000);
     await restartTemporal();
     counts.faultsInjected++;
     const mid = await sql<{ n: number }>(`select count(*)::int as n from webhook_deliveries where id = any($1) and status <> 'delivered'`, [ids]);
     console.log(`  restarted with ${mid[0]?.n} of ${ids.length} deliveries unfinished, ${receiver.requests.length} requests received`);
     const settled = await waitUntilSettled(ids, 120_000);
-    for (const id of ids) {
-      counts.deliveries++;
-      if (settled.get(id)?.status !== 'delivered') counts.lost++;
-    }
+    tally(ids, settled);
     check(
       ids.every((id) => settled.get(id)?.status === 'delivered' && settled.get(id)?.attempt_count === 4),
       'every delivery ended delivered on attempt 4, as scheduled before the restart',
@@ -689,21 +677,14 @@ async function temporalScenarios(embeddedEnv: Record<string, string>, tls: Await
   {
     const { key } = await newTenant();
     const paths = Array.from({ length: 10 }, (_, i) => `q${i}`);
-    const receiver = await startHttpsReceiver({
-      tls,
-      respond: scripted(Object.fromEntries(paths.map((p) => [p, (n: number) => (n < 4 ? { status: 503 } : { status: 200 })]))),
-    });
-    const ids: string[] = [];
-    for (const p of paths) ids.push((await createEndpointAndSend(service.url, key, `${receiver.url}/${p}`)).deliveryId);
+    const receiver = await startHttpsReceiver({ tls, respond: firstOnEachPath(paths, 4, { status: 503 }) });
+    const ids = await sendToEachPath(service.url, key, receiver.url, paths);
     await receiver.waitForRequests(10, 30_000);
     cluster!.stop();
     await cluster!.start();
     counts.faultsInjected++;
     const settled = await waitUntilSettled(ids, 120_000);
-    for (const id of ids) {
-      counts.deliveries++;
-      if (settled.get(id)?.status !== 'delivered') counts.lost++;
-    }
+    tally(ids, settled);
     check(ids.every((id) => settled.get(id)?.status === 'delivered'), 'every delivery ended delivered');
     await checkPerEvent('PostgreSQL restarted under Temporal', [receiver], settled);
     await receiver.close();
@@ -735,10 +716,7 @@ async function temporalScenarios(embeddedEnv: Record<string, string>, tls: Await
     const started = Date.now();
     const settled = await waitUntilSettled(ids, 120_000);
     console.log(`  Temporal up again: all settled ${Math.round((Date.now() - started) / 1000)} s later`);
-    for (const id of ids) {
-      counts.deliveries++;
-      if (settled.get(id)?.status !== 'delivered') counts.lost++;
-    }
+    tally(ids, settled);
     check(ids.length === 11 && ids.every((id) => settled.get(id)?.status === 'delivered'), 'the pending sweep started every one, and every one ended delivered');
     await checkPerEvent('Temporal down while accepting calls', [receiver], settled);
     await receiver.close();
