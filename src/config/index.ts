@@ -75,6 +75,12 @@ export interface DeliveryConfig {
   pollIntervalMs: number;
   /** The contract's 30 s; only NODE_ENV=test may shorten it (DELIVERY_TEST_RETRY_INTERVAL_MS). */
   retryIntervalMs: number;
+  /**
+   * Temporal engine: how often the API looks for deliveries still pending (their workflow
+   * possibly never started), and how old such a row must be. 30 s and 60 s; only NODE_ENV=test
+   * may shorten them (DELIVERY_TEST_PENDING_SWEEP_MS).
+   */
+  pendingSweep: { intervalMs: number; olderThanMs: number };
 }
 
 export interface TemporalConfig {
@@ -98,6 +104,9 @@ const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
 const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
 const DEV_SECRET_KEY_ID = 'dev';
 const DEV_OPERATOR_TOKEN = 'development-operator-token';
+/** Temporal engine: the pending sweep's period; a row is swept once pending for two periods. */
+const PENDING_SWEEP_INTERVAL_MS = 30_000;
+
 const DEV_INTERNAL_SERVICE_TOKENS = 'development:development-internal-service-token-not-for-production';
 
 type Env = Record<string, string | undefined>;
@@ -245,6 +254,7 @@ export function loadConfig(env: Env = process.env): Config {
       // Ten minutes at most: longer, a moved receiver (or a name rebound to a forbidden address) keeps getting requests at its old one.
       connectionMaxAgeMs: int('DELIVERY_CONNECTION_MAX_AGE_MS', 60_000, 1000, 600_000),
       retryIntervalMs: RETRY_INTERVAL_MS,
+      pendingSweep: { intervalMs: PENDING_SWEEP_INTERVAL_MS, olderThanMs: 2 * PENDING_SWEEP_INTERVAL_MS },
     },
     temporal,
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
@@ -252,6 +262,12 @@ export function loadConfig(env: Env = process.env): Config {
   if (env.DELIVERY_TEST_RETRY_INTERVAL_MS) {
     if (nodeEnv === 'test') config.delivery.retryIntervalMs = int('DELIVERY_TEST_RETRY_INTERVAL_MS', RETRY_INTERVAL_MS, 1, RETRY_INTERVAL_MS);
     else problems.push('DELIVERY_TEST_RETRY_INTERVAL_MS is honoured only with NODE_ENV=test: the retry interval is fixed at 30 s');
+  }
+  if (env.DELIVERY_TEST_PENDING_SWEEP_MS) {
+    if (nodeEnv === 'test') {
+      const intervalMs = int('DELIVERY_TEST_PENDING_SWEEP_MS', PENDING_SWEEP_INTERVAL_MS, 100, PENDING_SWEEP_INTERVAL_MS);
+      config.delivery.pendingSweep = { intervalMs, olderThanMs: 2 * intervalMs };
+    } else problems.push('DELIVERY_TEST_PENDING_SWEEP_MS is honoured only with NODE_ENV=test: the pending sweep runs every 30 s');
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

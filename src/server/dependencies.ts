@@ -205,7 +205,7 @@ function deliveriesFor(
       searchAttributes: config.temporal.searchAttributes,
       retryIntervalMs: config.delivery.retryIntervalMs,
     });
-    const sweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, intervalMs: 30_000, olderThanMs: 60_000, now: deps.now });
+    const sweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, ...config.delivery.pendingSweep, now: deps.now });
     sweeper.begin();
     deps.logger.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue }, 'deliveries run on Temporal');
     return {
