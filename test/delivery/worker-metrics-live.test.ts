@@ -1,0 +1,110 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import { startTestApp, type TestApp } from '../support/app';
+import { rest } from '../support/clients';
+import { makeTestTls } from '../support/tls';
+import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
+import { untilStored } from '../support/deliveries';
+import { testTemporalAddress } from '../support/temporal';
+
+/**
+ * The delivery worker as production runs it (`npm run worker`: its own process, the
+ * production workflow bundle, its own /metrics) against the run's Temporal server: after a
+ * scenario, the worker's counts of attempts, outcomes and dead letters equal what the rows say.
+ */
+const ROOT = path.resolve(__dirname, '..', '..');
+
+let t: TestApp;
+let receiver: HttpsReceiver;
+let worker: ChildProcess;
+let metricsUrl: string;
+
+beforeAll(async () => {
+  const tls = await makeTestTls();
+  // Per path: "/ok" answers 200, "/flaky" fails twice, "/down" always fails.
+  const seen = new Map<string, number>();
+  receiver = await startHttpsReceiver({
+    tls,
+    respond: (_i, req) => {
+      const route = req.url ?? '/';
+      const n = seen.get(route) ?? 0;
+      seen.set(route, n + 1);
+      if (route.startsWith('/down')) return { status: 500 };
+      if (route.startsWith('/flaky')) return n < 2 ? { status: 503 } : { status: 200 };
+      return { status: 200 };
+    },
+  });
+  const taskQueue = `worker-metrics-${randomBytes(6).toString('hex')}`;
+  const env = { TEMPORAL_ADDRESS: testTemporalAddress(), TEMPORAL_TASK_QUEUE: taskQueue, DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_TEST_RETRY_INTERVAL_MS: '300' };
+  t = await startTestApp(env);
+  worker = spawn(process.execPath, ['--import', 'tsx', 'src/delivery/worker-main.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, NODE_ENV: 'test', LOG_LEVEL: 'info', HOST: '127.0.0.1', WORKER_METRICS_PORT: '0', DATABASE_URL: t.databaseUrl, DELIVERY_ALLOW_CIDRS: '127.0.0.0/8', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  metricsUrl = await new Promise<string>((resolve, reject) => {
+    let buffer = '';
+    const timer = setTimeout(() => reject(new Error(`the worker did not start within 90 s: ${buffer.slice(-2000)}`)), 90_000);
+    const read = (chunk: Buffer) => {
+      buffer += chunk.toString();
+      const line = buffer.split('\n').find((l) => l.includes('"msg":"delivery worker running"'));
+      if (line) {
+        clearTimeout(timer);
+        resolve((JSON.parse(line) as { metrics: string }).metrics);
+      }
+    };
+    worker.stdout!.on('data', read);
+    worker.stderr!.on('data', read);
+    worker.once('exit', (code) => reject(new Error(`the worker exited (${code}) before it ran: ${buffer.slice(-2000)}`)));
+  });
+}, 120_000);
+
+afterAll(async () => {
+  if (worker && worker.exitCode === null) {
+    const exited = new Promise((resolve) => worker.once('exit', resolve));
+    worker.kill('SIGTERM');
+    await exited;
+  }
+  await receiver?.close();
+  await t?.close();
+});
+
+function counter(metrics: string, name: string, labels = ''): number {
+  const line = metrics.split('\n').find((l) => l.startsWith(`${name}${labels} `));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+it("the worker's /metrics count the attempts, outcomes and dead letters the rows hold", async () => {
+  const tenant = await t.tenant();
+  const ids: string[] = [];
+  for (const route of ['ok', 'flaky', 'down']) {
+    const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/${route}`, eventNames: ['webhook.test'] } });
+    const sent = await rest(t.url, 'POST', `/api/v1/webhooks/${created.body.endpoint.id}/test`, { apiKey: tenant.apiKey });
+    expect(sent.status).toBe(200);
+    ids.push(sent.body.delivery.id as string);
+  }
+  const [ok, flaky, down] = ids;
+  await untilStored(t.orm, ok!, (row) => row.status === 'delivered', 60_000);
+  await untilStored(t.orm, flaky!, (row) => row.status === 'delivered', 60_000);
+  await untilStored(t.orm, down!, (row) => row.status === 'dead_lettered', 60_000);
+
+  const [rows] = await t.orm.em.fork().execute<{ delivered: number; failed: number; dead: number }[]>(
+    `select (select count(*)::int from delivery_attempts where response_status between 200 and 299) as delivered,
+            (select count(*)::int from delivery_attempts where dispatched_at is not null and (response_status is null or response_status not between 200 and 299)) as failed,
+            (select count(*)::int from dead_letters) as dead`,
+  );
+  expect(rows).toEqual({ delivered: 2, failed: 2 + 8, dead: 1 });
+
+  // The dead letter is counted when its activity finishes, just after the row changes.
+  let metrics = '';
+  for (let tries = 0; tries < 100; tries++) {
+    metrics = await (await fetch(metricsUrl)).text();
+    if (counter(metrics, 'webhook_delivery_events_total', '{event="dead_lettered"}') >= 1) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  expect(counter(metrics, 'webhook_delivery_events_total', '{event="attempt_delivered"}')).toBe(rows!.delivered);
+  expect(counter(metrics, 'webhook_delivery_events_total', '{event="attempt_failed"}')).toBe(rows!.failed);
+  expect(counter(metrics, 'webhook_delivery_events_total', '{event="dead_lettered"}')).toBe(rows!.dead);
+  expect(counter(metrics, 'webhook_dead_letters')).toBe(rows!.dead);
+}, 120_000);
