@@ -63,3 +63,8 @@ export async function bundleProductionWorkflows(): Promise<void> {
 export async function productionWorkflowBundle(): Promise<WorkflowBundle> {
   return { code: await readFile(path.join(workflowBundleDir(), PRODUCTION_BUNDLE), 'utf8') };
 }
+
+/** The pid of the run's development server (for CPU figures), or null when the run uses a server of its own. */
+export function testTemporalServerPid(): number | null {
+  return (globalThis as WithServer)[SERVER_KEY]?.pid ?? null;
+}

@@ -1,0 +1,209 @@
+/**
+ * `npm run bench:temporal`: the Temporal engine beside the embedded one, in the same run,
+ * against the same HTTPS receiver and the same PostgreSQL, with the same service code.
+ *
+ * For each engine:
+ *   - deliveries/s, one event published to 16 endpoints (×25 events) and one to 1,000:
+ *     from the first publish's answer to the last arrival;
+ *   - publish-to-receiver latency, one publish at a time to one endpoint: p50 and p99;
+ *   - a 100-endpoint fan-out's publish call: its duration and, on Temporal, the workflow
+ *     starts per second it makes;
+ *   - CPU per delivery: this process (the API, the Temporal worker's activities and the
+ *     receiver all run in it, as in the test harness) and, on Temporal, the development server.
+ *
+ * The Temporal server here is the development server on SQLite (scripts/temporal-server.ts),
+ * on the same 2 cores as everything else: it is not a production cluster, and its figures
+ * say where the time goes on one machine, not what a cluster sustains. No goal is set.
+ * The run uses the test harness (test/support: a template database, the run's server, the
+ * production workflow bundle) and writes bench/temporal-results.json.
+ */
+import { randomUUID } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { EventService } from '../src/gen/publishing/internal/v1/event_service_pb';
+import { SecretBox, newSigningSecret } from '../src/secrets';
+import globalSetup from '../test/support/global-setup';
+import globalTeardown from '../test/support/global-teardown';
+import { ENGINES, startEngineApp, type EngineApp, type EngineName } from '../test/support/engines';
+import { client } from '../test/support/clients';
+import { makeTestTls } from '../test/support/tls';
+import { startHttpsReceiver, type HttpsReceiver } from '../test/support/https-receiver';
+import { testTemporalServerPid } from '../test/support/temporal';
+
+const TOKEN = 'bench-publisher-token-0123456789abcdef0123';
+const LATENCY_SAMPLES = Number(process.env.BENCH_TEMPORAL_SAMPLES ?? 50);
+
+/** CPU seconds of a process and every process below it (the dev server runs under a watchdog shell). */
+function treeCpuSeconds(pid: number | null): number {
+  if (pid === null) return 0;
+  // /proc reports CPU time in clock ticks: 100 a second on Linux (USER_HZ).
+  const ticks = 100;
+  let total = 0;
+  const visit = (p: number) => {
+    try {
+      const fields = readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      total += (Number(fields[11]) + Number(fields[12])) / ticks;
+      const children = readFileSync(`/proc/${p}/task/${p}/children`, 'utf8').trim();
+      for (const child of children ? children.split(' ') : []) visit(Number(child));
+    } catch {
+      // Gone meanwhile.
+    }
+  };
+  visit(pid);
+  return total;
+}
+
+function selfCpuSeconds(): number {
+  const usage = process.cpuUsage();
+  return (usage.user + usage.system) / 1e6;
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+}
+
+/** Endpoints subscribed to `eventType`, each at its own path, with real sealed secrets (one statement). */
+async function subscribe(t: EngineApp, organizationId: string, receiver: HttpsReceiver, count: number, eventType: string): Promise<void> {
+  const box = new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId);
+  const rows = Array.from({ length: count }, () => {
+    const id = randomUUID();
+    return { id, sealed: box.seal(newSigningSecret(), id) };
+  });
+  await t.orm.em.fork().execute(
+    `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
+     select id, ?, ? || id::text, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
+       from unnest(?::uuid[], ?::text[], ?::text[]) as r(id, key_id, sealed)`,
+    [
+      organizationId,
+      `${receiver.url}/${eventType}/`,
+      `{${eventType}}`,
+      `{${rows.map((r) => r.id).join(',')}}`,
+      `{${rows.map((r) => r.sealed.keyId).join(',')}}`,
+      `{${rows.map((r) => r.sealed.ciphertext.toString('hex')).join(',')}}`,
+    ],
+    'run',
+  );
+}
+
+interface EngineFigures {
+  engine: EngineName;
+  deliveriesPerSecond16: number;
+  deliveriesPerSecond1000: number;
+  latencyP50Ms: number;
+  latencyP99Ms: number;
+  fanOut100PublishMs: number;
+  workflowStartsPerSecond: number | null;
+  processCpuMsPerDelivery: number;
+  serverCpuMsPerDelivery: number | null;
+}
+
+async function measure(engine: EngineName, receiver: HttpsReceiver, caPem: string): Promise<EngineFigures> {
+  const t = await startEngineApp(engine, { INTERNAL_SERVICE_TOKENS: `bench:${TOKEN}`, DELIVERY_EXTRA_CA_PEM: caPem, DELIVERY_CONCURRENCY: '64' });
+  try {
+    const tenant = await t.tenant({ plan: 'command' });
+    const events = client(EventService, t.url, 'grpc', TOKEN);
+    const run = randomUUID().slice(0, 8);
+    const arrivalsOf = (prefix: string) => receiver.requests.filter((r) => r.path.startsWith(prefix)).length;
+    const untilArrived = async (prefix: string, n: number) => {
+      const deadline = Date.now() + 600_000;
+      while (arrivalsOf(prefix) < n) {
+        if (Date.now() > deadline) throw new Error(`${engine}: ${arrivalsOf(prefix)} of ${n} arrived at ${prefix}`);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      return receiver.requests.filter((r) => r.path.startsWith(prefix)).reduce((last, r) => Math.max(last, r.receivedAt), 0);
+    };
+
+    // Deliveries/s and CPU, 16 endpoints x 25 events, then one event to 1,000 endpoints.
+    const e16 = `e16-${engine}-${run}`;
+    const e1000 = `e1000-${engine}-${run}`;
+    await subscribe(t, tenant.organizationId, receiver, 16, e16);
+    await subscribe(t, tenant.organizationId, receiver, 1000, e1000);
+    const cpu0 = selfCpuSeconds();
+    const server0 = engine === 'temporal' ? treeCpuSeconds(testTemporalServerPid()) : 0;
+    let t0 = Date.now();
+    await Promise.all(Array.from({ length: 25 }, (_, i) => events.publishEvent({ organizationId: tenant.organizationId, eventId: `${e16}-${i}`, eventType: e16 })));
+    const last16 = await untilArrived(`/${e16}/`, 16 * 25);
+    const deliveriesPerSecond16 = (16 * 25) / ((last16 - t0) / 1000);
+    t0 = Date.now();
+    await events.publishEvent({ organizationId: tenant.organizationId, eventId: `${e1000}-0`, eventType: e1000 });
+    const last1000 = await untilArrived(`/${e1000}/`, 1000);
+    const deliveriesPerSecond1000 = 1000 / ((last1000 - t0) / 1000);
+    await t.idle();
+    const delivered = 16 * 25 + 1000;
+    const processCpuMsPerDelivery = ((selfCpuSeconds() - cpu0) * 1000) / delivered;
+    const serverCpuMsPerDelivery = engine === 'temporal' ? ((treeCpuSeconds(testTemporalServerPid()) - server0) * 1000) / delivered : null;
+
+    // Publish-to-receiver latency, one at a time.
+    const one = `lat-${engine}-${run}`;
+    await subscribe(t, tenant.organizationId, receiver, 1, one);
+    const latencies: number[] = [];
+    for (let i = 0; i < LATENCY_SAMPLES; i++) {
+      await events.publishEvent({ organizationId: tenant.organizationId, eventId: `${one}-${i}`, eventType: one });
+      const answered = Date.now();
+      const arrived = await untilArrived(`/${one}/`, i + 1);
+      latencies.push(arrived - answered);
+    }
+
+    // A 100-endpoint fan-out's publish: on Temporal it starts 100 workflows before it answers.
+    const hundred = `f100-${engine}-${run}`;
+    await subscribe(t, tenant.organizationId, receiver, 100, hundred);
+    const f0 = performance.now();
+    await events.publishEvent({ organizationId: tenant.organizationId, eventId: `${hundred}-0`, eventType: hundred });
+    const fanOut100PublishMs = performance.now() - f0;
+    await untilArrived(`/${hundred}/`, 100);
+    await t.idle();
+
+    return {
+      engine,
+      deliveriesPerSecond16,
+      deliveriesPerSecond1000,
+      latencyP50Ms: percentile(latencies, 50),
+      latencyP99Ms: percentile(latencies, 99),
+      fanOut100PublishMs,
+      workflowStartsPerSecond: engine === 'temporal' ? 100 / (fanOut100PublishMs / 1000) : null,
+      processCpuMsPerDelivery,
+      serverCpuMsPerDelivery,
+    };
+  } finally {
+    await t.close();
+  }
+}
+
+async function main(): Promise<void> {
+  await globalSetup();
+  const tls = await makeTestTls();
+  const receiver = await startHttpsReceiver({ tls });
+  const figures: EngineFigures[] = [];
+  try {
+    for (const engine of ENGINES) figures.push(await measure(engine, receiver, tls.caPem));
+  } finally {
+    await receiver.close();
+    await globalTeardown();
+  }
+  const fmt = (n: number | null, digits = 1) => (n === null ? '—' : n.toFixed(digits));
+  const rows: [string, (f: EngineFigures) => string][] = [
+    ['deliveries/s, 16 endpoints (25 events)', (f) => fmt(f.deliveriesPerSecond16)],
+    ['deliveries/s, 1,000 endpoints (one event)', (f) => fmt(f.deliveriesPerSecond1000)],
+    ['publish → receiver p50 (ms)', (f) => fmt(f.latencyP50Ms)],
+    ['publish → receiver p99 (ms)', (f) => fmt(f.latencyP99Ms)],
+    ['100-endpoint publish call (ms)', (f) => fmt(f.fanOut100PublishMs)],
+    ['workflow starts/s (100-endpoint fan-out)', (f) => fmt(f.workflowStartsPerSecond)],
+    ['CPU/delivery, API + worker + receiver process (ms)', (f) => fmt(f.processCpuMsPerDelivery, 2)],
+    ['CPU/delivery, Temporal dev server (ms)', (f) => fmt(f.serverCpuMsPerDelivery, 2)],
+  ];
+  const load = os.loadavg()[0]!.toFixed(2);
+  const lines = [
+    `| Figure | ${figures.map((f) => f.engine).join(' | ')} |`,
+    `|---|${figures.map(() => '---').join('|')}|`,
+    ...rows.map(([name, value]) => `| ${name} | ${figures.map(value).join(' | ')} |`),
+  ];
+  process.stdout.write(`\n${lines.join('\n')}\n\n${os.cpus().length} cores, load average ${load}; Temporal: the development server on SQLite, not a production cluster.\n`);
+  writeFileSync(path.join(__dirname, 'temporal-results.json'), `${JSON.stringify({ date: new Date().toISOString(), loadAverage: Number(load), figures }, null, 2)}\n`);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench:temporal: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exitCode = 1;
+});
