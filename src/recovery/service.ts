@@ -1,4 +1,4 @@
-import { timestampDate } from '@bufbuild/protobuf/wkt';
+import { timestampDate, type Timestamp } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import type {
   GetWebhookDeliveryRequest,
@@ -96,15 +96,17 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
   async recoverWebhookDeliveries(req: RecoverWebhookDeliveriesRequest, ctx: HandlerContext): Promise<RecoverWebhookDeliveriesResponse> {
     const principal = requireCustomer(ctx);
     const em = entityManagerOf(ctx);
-    noteAuditTarget(ctx, req.id.slice(0, 64), { since: req.since ? timestampDate(req.since).toISOString() : null, dryRun: req.dryRun });
+    const since = windowInstant(req.since, 'since');
+    const until = windowInstant(req.until, 'until');
+    noteAuditTarget(ctx, req.id.slice(0, 64), { since: since ? since.toISOString() : null, dryRun: req.dryRun });
     const endpoint = await organizationEndpoint(em, principal.organizationId, req.id);
     const answer = await this.deps.recovery.request(
       em,
       {
         organizationId: principal.organizationId,
         endpoint,
-        since: req.since ? timestampDate(req.since) : undefined,
-        until: req.until ? timestampDate(req.until) : undefined,
+        since,
+        until,
         dryRun: req.dryRun,
         requestedBy: `user:${principal.userId}`,
       },
@@ -177,4 +179,16 @@ export function recoverAnswerMessage(answer: RecoveryAnswer): RecoverWebhookDeli
     replayed: answer.dryRun ? false : answer.replayed,
     dryRun: answer.dryRun,
   };
+}
+
+/**
+ * A window's bound as a date, refused when it is no time a date or PostgreSQL can hold
+ * (a Timestamp's seconds may be anything a 64-bit integer holds): the years 1 to 9999.
+ */
+function windowInstant(timestamp: Timestamp | undefined, name: 'since' | 'until'): Date | undefined {
+  if (!timestamp) return undefined;
+  const date = timestampDate(timestamp);
+  const year = date.getUTCFullYear();
+  if (Number.isNaN(date.getTime()) || year < 1 || year > 9999) throw apiError('RECOVERY_WINDOW_INVALID', `${name} must be a time between the years 1 and 9999.`);
+  return date;
 }
