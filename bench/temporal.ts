@@ -22,7 +22,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { EventService } from '../src/gen/publishing/internal/v1/event_service_pb';
-import { SecretBox, newSigningSecret } from '../src/secrets';
+import { SecretBox } from '../src/secrets';
+import { subscribedEndpoints } from '../test/support/deliveries';
 import globalSetup from '../test/support/global-setup';
 import globalTeardown from '../test/support/global-teardown';
 import { ENGINES, startEngineApp, type EngineApp, type EngineName } from '../test/support/engines';
@@ -64,27 +65,10 @@ function percentile(values: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 }
 
-/** Endpoints subscribed to `eventType`, each at its own path, with real sealed secrets (one statement). */
+/** Endpoints subscribed to `eventType`, each at its own path under it, sealed as the app seals them. */
 async function subscribe(t: EngineApp, organizationId: string, receiver: HttpsReceiver, count: number, eventType: string): Promise<void> {
   const box = new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId);
-  const rows = Array.from({ length: count }, () => {
-    const id = randomUUID();
-    return { id, sealed: box.seal(newSigningSecret(), id) };
-  });
-  await t.orm.em.fork().execute(
-    `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
-     select id, ?, ? || id::text, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
-       from unnest(?::uuid[], ?::text[], ?::text[]) as r(id, key_id, sealed)`,
-    [
-      organizationId,
-      `${receiver.url}/${eventType}/`,
-      `{${eventType}}`,
-      `{${rows.map((r) => r.id).join(',')}}`,
-      `{${rows.map((r) => r.sealed.keyId).join(',')}}`,
-      `{${rows.map((r) => r.sealed.ciphertext.toString('hex')).join(',')}}`,
-    ],
-    'run',
-  );
+  await subscribedEndpoints(t.orm.em.fork(), box, organizationId, { urlPrefix: `${receiver.url}/${eventType}/`, count, eventNames: [eventType] });
 }
 
 interface EngineFigures {

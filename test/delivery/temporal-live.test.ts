@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
 import { DELIVERY_SEARCH_ATTRIBUTES, MAX_DELIVERY_WORKFLOW_ID_LENGTH, workflowIdFor } from '../../src/delivery';
-import { SecretBox, newSigningSecret } from '../../src/secrets';
+import { SecretBox } from '../../src/secrets';
 import type { EntityManager } from '../../src/db';
 import { MAX_EVENT_ID_LENGTH } from '../../src/events';
 import { startEngineApp, type EngineApp } from '../support/engines';
@@ -9,7 +9,7 @@ import type { Tenant } from '../support/app';
 import { client, rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
-import { signedWith, untilStored } from '../support/deliveries';
+import { signedWith, subscribedEndpoints, untilStored } from '../support/deliveries';
 import { recordHistory } from './recorded-histories';
 
 /**
@@ -88,31 +88,9 @@ it('accepts the longest organization, endpoint and event ids the API allows, and
   expect(receiver.requests.filter((r) => r.path === '/long')).toHaveLength(cases.length);
 }, 60_000);
 
-/** Endpoints with real sealed secrets in one statement (the API would take 1,000 calls), each at its own path. */
-async function subscribe(em: EntityManager, count: number, eventNames: string[]): Promise<Map<string, string>> {
-  const box = new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId);
-  const secrets = new Map<string, string>();
-  const rows = Array.from({ length: count }, () => {
-    const id = randomUUID();
-    const secret = newSigningSecret();
-    secrets.set(id, secret);
-    return { id, sealed: box.seal(secret, id) };
-  });
-  await em.execute(
-    `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
-     select id, ?, ? || id::text, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
-       from unnest(?::uuid[], ?::text[], ?::text[]) as r(id, key_id, sealed)`,
-    [
-      tenant.organizationId,
-      `${receiver.url}/fan-out/`,
-      `{${eventNames.join(',')}}`,
-      `{${rows.map((r) => r.id).join(',')}}`,
-      `{${rows.map((r) => r.sealed.keyId).join(',')}}`,
-      `{${rows.map((r) => r.sealed.ciphertext.toString('hex')).join(',')}}`,
-    ],
-    'run',
-  );
-  return secrets;
+/** Subscribers at the receiver, each at its own path, sealed as the app seals them. */
+function subscribe(em: EntityManager, count: number, eventNames: string[]): Promise<Map<string, string>> {
+  return subscribedEndpoints(em, new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId), tenant.organizationId, { urlPrefix: `${receiver.url}/fan-out/`, count, eventNames });
 }
 
 it(`fans one event out to ${FAN_OUT} endpoints: ${FAN_OUT} workflows, and each endpoint receives it once, signed with its own secret`, async () => {

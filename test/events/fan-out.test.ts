@@ -3,7 +3,7 @@ import type { Pool, PoolClient } from 'pg';
 import type { Client as TemporalClient, WorkflowStartOptions } from '@temporalio/client';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
 import { verifyWebhook } from '../../src/signatures';
-import { SecretBox, newSigningSecret } from '../../src/secrets';
+import { SecretBox } from '../../src/secrets';
 import { createOrganization } from '../../src/auth';
 import { openDatabase, type EntityManager, type MikroORM } from '../../src/db';
 import { createLogger } from '../../src/config/logger';
@@ -22,6 +22,7 @@ import { client, rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 import { within } from '../support/within';
+import { subscribedEndpoints } from '../support/deliveries';
 
 const TOKEN = 'scheduler-token-0123456789abcdef0123456789';
 /** How many endpoints one publish fans out to: the contract's constant-statement promise is about this many. */
@@ -74,34 +75,9 @@ afterAll(async () => {
   await receiver?.close();
 });
 
-/**
- * Endpoints with real sealed secrets, written in one statement (the API would take 1,000
- * calls), each at its own URL so that a received request names the endpoint it was for.
- */
-async function subscribe(em: EntityManager, organizationId: string, count: number, eventNames: string[]): Promise<Map<string, string>> {
-  const box = new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId);
-  const secrets = new Map<string, string>();
-  const rows = Array.from({ length: count }, () => {
-    const id = randomUUID();
-    const secret = newSigningSecret();
-    secrets.set(id, secret);
-    return { id, sealed: box.seal(secret, id) };
-  });
-  await em.execute(
-    `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
-     select id, ?, ? || id::text, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
-       from unnest(?::uuid[], ?::text[], ?::text[]) as r(id, key_id, sealed)`,
-    [
-      organizationId,
-      `${receiver.url}/fan-out/`,
-      `{${eventNames.join(',')}}`,
-      `{${rows.map((r) => r.id).join(',')}}`,
-      `{${rows.map((r) => r.sealed.keyId).join(',')}}`,
-      `{${rows.map((r) => r.sealed.ciphertext.toString('hex')).join(',')}}`,
-    ],
-    'run',
-  );
-  return secrets;
+/** Subscribers at the receiver, each at its own path, sealed as the app seals them. */
+function subscribe(em: EntityManager, organizationId: string, count: number, eventNames: string[]): Promise<Map<string, string>> {
+  return subscribedEndpoints(em, new SecretBox(t.config.secretKeys, t.config.currentSecretKeyId), organizationId, { urlPrefix: `${receiver.url}/fan-out/`, count, eventNames });
 }
 
 it('arrives at a real HTTPS receiver signed, with the documented body', async () => {

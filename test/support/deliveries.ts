@@ -1,6 +1,6 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import { WebhookEndpointSchema, type MikroORM } from '../../src/db';
+import { WebhookEndpointSchema, type EntityManager, type MikroORM } from '../../src/db';
 import { createOrganization } from '../../src/auth';
 import { workflowIdFor, type DeliveryRecords, type DeliveryRef } from '../../src/delivery';
 import { SecretBox, newSigningSecret } from '../../src/secrets';
@@ -124,4 +124,40 @@ export function signedWith(request: { headers: IncomingHttpHeaders; rawBody: str
   const timestamp = request.headers['x-service-timestamp'];
   if (typeof timestamp !== 'string' || !/^\d+$/.test(timestamp)) return false;
   return request.headers['x-service-signature'] === createHmac('sha256', secret).update(`${timestamp}.${request.rawBody}`).digest('hex');
+}
+
+/**
+ * `count` endpoints subscribed to `eventNames`, written in one statement (the API would take
+ * a call each), their secrets sealed under `box` as the service seals them, each at
+ * `${urlPrefix}<endpoint id>` so that a received request names the endpoint it was for.
+ * Returns each endpoint's secret by id.
+ */
+export async function subscribedEndpoints(
+  em: EntityManager,
+  box: SecretBox,
+  organizationId: string,
+  options: { urlPrefix: string; count: number; eventNames: string[] },
+): Promise<Map<string, string>> {
+  const secrets = new Map<string, string>();
+  const rows = Array.from({ length: options.count }, () => {
+    const id = randomUUID();
+    const secret = newSigningSecret();
+    secrets.set(id, secret);
+    return { id, sealed: box.seal(secret, id) };
+  });
+  await em.execute(
+    `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
+     select id, ?, ? || id::text, '', ?::text[], key_id, decode(sealed, 'hex'), now(), now()
+       from unnest(?::uuid[], ?::text[], ?::text[]) as r(id, key_id, sealed)`,
+    [
+      organizationId,
+      options.urlPrefix,
+      `{${options.eventNames.join(',')}}`,
+      `{${rows.map((r) => r.id).join(',')}}`,
+      `{${rows.map((r) => r.sealed.keyId).join(',')}}`,
+      `{${rows.map((r) => r.sealed.ciphertext.toString('hex')).join(',')}}`,
+    ],
+    'run',
+  );
+  return secrets;
 }
