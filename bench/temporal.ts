@@ -100,8 +100,8 @@ async function measure(engine: EngineName, receiver: HttpsReceiver, caPem: strin
     };
 
     // Deliveries/s and CPU, 16 endpoints x 25 events, then one event to 1,000 endpoints.
-    const e16 = `e16-${engine}-${run}`;
-    const e1000 = `e1000-${engine}-${run}`;
+    const e16 = `bench.e16.${engine}.r${run}`;
+    const e1000 = `bench.e1000.${engine}.r${run}`;
     await subscribe(t, tenant.organizationId, receiver, 16, e16);
     await subscribe(t, tenant.organizationId, receiver, 1000, e1000);
     const cpu0 = selfCpuSeconds();
@@ -120,7 +120,7 @@ async function measure(engine: EngineName, receiver: HttpsReceiver, caPem: strin
     const serverCpuMsPerDelivery = engine === 'temporal' ? ((treeCpuSeconds(testTemporalServerPid()) - server0) * 1000) / delivered : null;
 
     // Publish-to-receiver latency, one at a time.
-    const one = `lat-${engine}-${run}`;
+    const one = `bench.latency.${engine}.r${run}`;
     await subscribe(t, tenant.organizationId, receiver, 1, one);
     const latencies: number[] = [];
     for (let i = 0; i < LATENCY_SAMPLES; i++) {
@@ -131,7 +131,7 @@ async function measure(engine: EngineName, receiver: HttpsReceiver, caPem: strin
     }
 
     // A 100-endpoint fan-out's publish: on Temporal it starts 100 workflows before it answers.
-    const hundred = `f100-${engine}-${run}`;
+    const hundred = `bench.f100.${engine}.r${run}`;
     await subscribe(t, tenant.organizationId, receiver, 100, hundred);
     const f0 = performance.now();
     await events.publishEvent({ organizationId: tenant.organizationId, eventId: `${hundred}-0`, eventType: hundred });
