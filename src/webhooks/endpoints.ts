@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
-import { epochMs, isUuid, WebhookEndpointSchema, type Cursor, type EntityManager, type SignatureScheme, type WebhookEndpoint } from '../db';
+import { epochMs, isUuid, WebhookEndpointSchema, type LockMode, type Cursor, type EntityManager, type SignatureScheme, type WebhookEndpoint } from '../db';
 import { apiError } from '../errors';
 
 type Tables = InferKyselyDB<typeof WebhookEndpointSchema>;
@@ -53,8 +53,8 @@ export async function endpointsPage(em: EntityManager, organizationId: string, c
 }
 
 /** An endpoint of the organization by id; another organization's, or none, is WEBHOOK_NOT_FOUND. */
-export async function organizationEndpoint(em: EntityManager, organizationId: string, id: string): Promise<WebhookEndpoint> {
-  const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }) : null;
+export async function organizationEndpoint(em: EntityManager, organizationId: string, id: string, lockMode?: LockMode): Promise<WebhookEndpoint> {
+  const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }, lockMode ? { lockMode } : {}) : null;
   if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
   return endpoint;
 }

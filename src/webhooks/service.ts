@@ -28,10 +28,8 @@ import { requireCustomer } from '../auth';
 import type { Logger } from '../config';
 import {
   OrganizationSchema,
-  WebhookEndpointSchema,
   decodeCursor,
   entityManagerOf,
-  isUuid,
   LockMode,
   pageOf,
   pageSizeOf,
@@ -41,7 +39,7 @@ import {
 import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
-import { endpointsPage, type ListedEndpoint } from './endpoints';
+import { endpointsPage, organizationEndpoint, type ListedEndpoint } from './endpoints';
 import { normalizeEventNames } from './event-names';
 import { takeDeliveryQuota } from './plans';
 import type { WebhookRateLimiter } from './rate-limit';
@@ -260,10 +258,8 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
     return endpointMessage(endpoint, [], this.deps.now());
   }
 
-  private async endpoint(em: EntityManager, organizationId: string, id: string, lockMode?: LockMode): Promise<WebhookEndpoint> {
-    const endpoint = isUuid(id) ? await em.findOne(WebhookEndpointSchema, { id, organizationId }, lockMode ? { lockMode } : {}) : null;
-    if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
-    return endpoint;
+  private endpoint(em: EntityManager, organizationId: string, id: string, lockMode?: LockMode): Promise<WebhookEndpoint> {
+    return organizationEndpoint(em, organizationId, id, lockMode);
   }
 
   /** An active endpoint, locked until the transaction ends: two changes of its secret never interleave. */
