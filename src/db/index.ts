@@ -8,3 +8,4 @@ export { pageSizeOf, encodeCursor, decodeCursor, afterCursor, pageOf, PageReques
 export { isUuid } from './ids';
 export { epochMs } from './epoch';
 export { prepareStatement } from './prepared';
+export { CompiledStatement } from './compiled-statement';

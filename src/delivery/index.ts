@@ -19,11 +19,6 @@ export {
   INTERRUPTED_ATTEMPT,
   type ListedDelivery,
   type NewDelivery,
-  fanOutInsertSql,
-  DELIVERY_EVENT_UNIQUE,
-  fannedOutDelivery,
-  type FannedOutEvent,
-  type FannedOutRow,
   type EventDelivery,
   type KillSwitchState,
   type DeliveryView,
@@ -35,9 +30,9 @@ export {
   type DeliveryLogFilter,
   type DeliveryWindow,
 } from './records';
+export { fanOutInsertSql, DELIVERY_EVENT_UNIQUE, fannedOutDelivery, type FannedOutEvent, type FannedOutRow } from './fan-out';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient, DELIVERY_SEARCH_ATTRIBUTES } from './temporal-engine';
 export { workflowIdFor, workflowIdParts, workflowUiLink, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
-export { CompiledStatement } from './compiled-statement';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';

@@ -2,9 +2,8 @@ import { sql, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { JsonObject } from '@bufbuild/protobuf';
 import type { Logger } from '../config';
-import { epochMs, isUniqueViolation, isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
+import { CompiledStatement, epochMs, isUniqueViolation, isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
 import {
-  CompiledStatement,
   DELIVERY_EVENT_UNIQUE,
   fanOutInsertSql,
   fannedOutDelivery,
@@ -446,7 +445,7 @@ const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishPar
          from organization o) as organizations,
       (select json_agg(json_build_array(r.organization_id, r.event_id)) from recorded r) as recorded,
       (select json_agg(json_build_array(f.id, f.endpoint_id, f.url, f.i, f.sendable) order by f.i, f.n) from fan_out f) as deliveries`;
-  return { compile: () => statement.compile(k) };
+  return statement;
 }, { prepare: true });
 
 function eventColumns(k: Kysely<Tables>) {
