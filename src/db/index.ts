@@ -9,3 +9,4 @@ export { isUuid } from './ids';
 export { epochMs } from './epoch';
 export { prepareStatement } from './prepared';
 export { CompiledStatement } from './compiled-statement';
+export { statementPart, statementParts } from './cte';

@@ -1,69 +1,185 @@
-import { sql, type RawBuilder } from 'kysely';
+import { sql, type Expression, type ExpressionBuilder, type QueryCreator, type RawBuilder } from 'kysely';
+import type { InferKyselyDB } from '@mikro-orm/sql';
+import { epochMs, statementPart, type DeliveryStatus, type WebhookDeliverySchema } from '../db';
 import type { EventDelivery } from './records';
 
-/** The event of deliveries fanOutInsertSql recorded, with its workflowIdParts. */
-export interface FannedOutEvent {
-  organizationId: string;
-  eventId: string;
-  eventType: string;
-  workflowHead: string;
-  workflowTail: string;
-}
+/**
+ * The deliveries' part of a statement that records events and fans them out (the
+ * publisher's): the insert, and how its rows go into the statement's answer.
+ */
 
 /**
- * The deliveries' part of a statement that records events: an insert to place as a CTE
- * body in its WITH list. It reads the caller's CTE named `source`, one row per delivery
- * to record: (id, organization_id, endpoint_id, event_id, event_type, body, workflow_head,
- * workflow_tail, sendable, refusal), where id is a new uuid (gen_random_uuid() in a
- * materialized CTE, so that the caller's answer reads the same one), body is the exact JSON
- * sent on every attempt and workflow_head/tail come from workflowIdParts. A sendable
- * delivery is recorded pending and due at `now`, the others failed with their refusal, so
- * none is silently dropped. The events must be new: a delivery that exists already for
- * (endpoint, event id) fails the statement on DELIVERY_EVENT_UNIQUE, and it writes nothing
- * (no ON CONFLICT: its check per row cost a fifth of PostgreSQL's throughput on this
- * insert). So every row of `source` is recorded as it is, and the caller answers from it
- * (fannedOutDelivery): nothing is returned or read back.
+ * One delivery to record, as the caller's CTE `fan_out` holds it. `body` is the exact JSON
+ * sent on every attempt; `workflow_head` and `workflow_tail` are workflowIdParts of the
+ * event, the delivery's workflow id around its endpoint id. A `sendable` delivery is recorded
+ * pending and due at once, any other failed with its `refusal`, so none is silently dropped.
  */
-export function fanOutInsertSql(source: string, now: Date): RawBuilder<never> {
-  return sql<never>`insert into webhook_deliveries
-      (id, organization_id, endpoint_id, event_id, event_type, payload, status, attempt_count, next_attempt_at, last_error, workflow_id, created_at, updated_at)
-    select s.id, s.organization_id, s.endpoint_id, s.event_id, s.event_type, s.body,
-           case when s.sendable then 'pending' else 'failed' end, 0,
-           case when s.sendable then ${now}::timestamptz end,
-           case when s.sendable then null else s.refusal end,
-           s.workflow_head || s.endpoint_id::text || s.workflow_tail, ${now}::timestamptz, ${now}::timestamptz
-      from ${sql.table(source)} s`;
+export interface FanOutRow {
+  organization_id: string;
+  endpoint_id: string;
+  event_id: string;
+  event_type: string;
+  body: string;
+  workflow_head: string;
+  workflow_tail: string;
+  sendable: boolean;
+  refusal: string;
+}
+
+type Tables = InferKyselyDB<typeof WebhookDeliverySchema> & { fan_out: FanOutRow };
+
+/**
+ * The insert of the deliveries in `fan_out`, at `now`, to place as a CTE in the caller's
+ * WITH list; it returns each delivery recorded, with the columns an answer shows (deliveredJson).
+ * The events must be new: a delivery that exists already for (endpoint, event id) fails the
+ * statement on DELIVERY_EVENT_UNIQUE, and it writes nothing (no ON CONFLICT: its check per row
+ * cost a fifth of PostgreSQL's throughput on this insert).
+ */
+export const fanOutInsert = statementPart((qc: QueryCreator<Tables>, now: Date) =>
+  qc
+    .insertInto('webhook_deliveries')
+    .columns([
+      'id',
+      'organization_id',
+      'endpoint_id',
+      'event_id',
+      'event_type',
+      'payload',
+      'status',
+      'series',
+      'attempt_count',
+      'next_attempt_at',
+      'last_error',
+      'workflow_id',
+      'created_at',
+      'updated_at',
+    ])
+    .expression((eb) =>
+      eb
+        .selectFrom('fan_out as s')
+        .select((s) => [
+          sql<string>`gen_random_uuid()`.as('id'),
+          's.organization_id',
+          's.endpoint_id',
+          's.event_id',
+          's.event_type',
+          's.body',
+          sql<DeliveryStatus>`case when ${s.ref('s.sendable')} then 'pending' else 'failed' end`.as('status'),
+          sql<number>`1`.as('series'),
+          sql<number>`0`.as('attempt_count'),
+          sql<Date | null>`case when ${s.ref('s.sendable')} then ${now}::timestamptz end`.as('next_attempt_at'),
+          sql<string | null>`case when ${s.ref('s.sendable')} then null else ${s.ref('s.refusal')} end`.as('last_error'),
+          sql<string>`${s.ref('s.workflow_head')} || ${s.ref('s.endpoint_id')}::text || ${s.ref('s.workflow_tail')}`.as('workflow_id'),
+          sql<Date>`${now}::timestamptz`.as('created_at'),
+          sql<Date>`${now}::timestamptz`.as('updated_at'),
+        ]),
+    )
+    .returning([
+      'id',
+      'organization_id',
+      'endpoint_id',
+      'event_id',
+      'event_type',
+      'status',
+      'attempt_count',
+      epochMs<number | null>('next_attempt_at').as('next_attempt_at_ms'),
+      'last_error',
+      'last_response_status',
+      'workflow_id',
+      epochMs<number | null>('delivered_at').as('delivered_at_ms'),
+      epochMs('created_at').as('created_at_ms'),
+      epochMs('updated_at').as('updated_at_ms'),
+      'series',
+    ]),
+);
+
+/** What fanOutInsert returns of each delivery it recorded: the CTE the caller names for it. */
+export interface DeliveredRow {
+  id: string;
+  organization_id: string;
+  endpoint_id: string;
+  event_id: string;
+  event_type: string;
+  status: DeliveryStatus;
+  attempt_count: number;
+  next_attempt_at_ms: number | null;
+  last_error: string | null;
+  last_response_status: number | null;
+  workflow_id: string;
+  delivered_at_ms: number | null;
+  created_at_ms: number;
+  updated_at_ms: number;
+  series: number;
+}
+
+/** A recorded delivery in a statement's JSON answer, with its endpoint's URL: one array, read by deliveredOf. */
+export type DeliveredJson = [string, string, string, string, string, DeliveryStatus, number, number | null, string | null, number | null, string, number | null, number, number, number, string];
+
+/**
+ * A delivery fanOutInsert returned, from the caller's CTE `delivered`, with its endpoint's
+ * URL, as a JSON array for the caller's json_agg: the answer is read from the rows as stored.
+ */
+export function deliveredJson<DB extends { delivered: DeliveredRow }>(eb: ExpressionBuilder<DB, 'delivered'>, url: Expression<string>): RawBuilder<DeliveredJson> {
+  const d = eb as unknown as ExpressionBuilder<{ delivered: DeliveredRow }, 'delivered'>;
+  const columns = [
+    d.ref('delivered.id'),
+    d.ref('delivered.organization_id'),
+    d.ref('delivered.endpoint_id'),
+    d.ref('delivered.event_id'),
+    d.ref('delivered.event_type'),
+    d.ref('delivered.status'),
+    d.ref('delivered.attempt_count'),
+    d.ref('delivered.next_attempt_at_ms'),
+    d.ref('delivered.last_error'),
+    d.ref('delivered.last_response_status'),
+    d.ref('delivered.workflow_id'),
+    d.ref('delivered.delivered_at_ms'),
+    d.ref('delivered.created_at_ms'),
+    d.ref('delivered.updated_at_ms'),
+    d.ref('delivered.series'),
+    url,
+  ];
+  return sql<DeliveredJson>`json_build_array(${sql.join(columns)})`;
+}
+
+/** A delivery of deliveredJson's array. */
+export function deliveredOf([
+  id,
+  organizationId,
+  endpointId,
+  eventId,
+  eventType,
+  status,
+  attemptCount,
+  nextAttemptAtMs,
+  lastError,
+  lastResponseStatus,
+  workflowId,
+  deliveredAtMs,
+  createdAtMs,
+  updatedAtMs,
+  series,
+  endpointUrl,
+]: DeliveredJson): EventDelivery {
+  return {
+    id,
+    organizationId,
+    endpointId,
+    eventId,
+    eventType,
+    status,
+    attemptCount,
+    nextAttemptAtMs,
+    lastError,
+    lastResponseStatus,
+    workflowId,
+    deliveredAtMs,
+    createdAtMs,
+    updatedAtMs,
+    series,
+    endpointUrl,
+  };
 }
 
 /** Deliveries are unique per endpoint and event id: the constraint a second one violates. */
 export const DELIVERY_EVENT_UNIQUE = 'webhook_deliveries_event_unique';
-
-/** A row of fanOutInsertSql's source, as far as the answer needs it. */
-export interface FannedOutRow {
-  id: string;
-  endpointId: string;
-  sendable: boolean;
-}
-
-/** A delivery fanOutInsertSql recorded at `at` (epoch ms), as the answer shows it: the row as stored, from what the caller holds. */
-export function fannedOutDelivery(row: FannedOutRow, event: FannedOutEvent, endpointUrl: string, refusal: string, at: number): EventDelivery {
-  const pending = row.sendable;
-  return {
-    id: row.id,
-    organizationId: event.organizationId,
-    endpointId: row.endpointId,
-    eventId: event.eventId,
-    eventType: event.eventType,
-    status: pending ? 'pending' : 'failed',
-    attemptCount: 0,
-    nextAttemptAtMs: pending ? at : null,
-    lastError: pending ? null : refusal,
-    lastResponseStatus: null,
-    workflowId: event.workflowHead + row.endpointId + event.workflowTail,
-    deliveredAtMs: null,
-    createdAtMs: at,
-    updatedAtMs: at,
-    series: 1,
-    endpointUrl,
-  };
-}

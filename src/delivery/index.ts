@@ -30,7 +30,7 @@ export {
   type DeliveryLogFilter,
   type DeliveryWindow,
 } from './records';
-export { fanOutInsertSql, DELIVERY_EVENT_UNIQUE, fannedOutDelivery, type FannedOutEvent, type FannedOutRow } from './fan-out';
+export { fanOutInsert, deliveredJson, deliveredOf, DELIVERY_EVENT_UNIQUE, type FanOutRow, type DeliveredRow, type DeliveredJson } from './fan-out';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient, DELIVERY_SEARCH_ATTRIBUTES } from './temporal-engine';
 export { workflowIdFor, workflowIdParts, workflowUiLink, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';

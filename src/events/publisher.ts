@@ -2,30 +2,38 @@ import { sql, type Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { JsonObject } from '@bufbuild/protobuf';
 import type { Logger } from '../config';
-import { CompiledStatement, epochMs, isUniqueViolation, isUuid, type EntityManager, type EventSchema, type Organization, type Plan } from '../db';
+import {
+  CompiledStatement,
+  epochMs,
+  isUniqueViolation,
+  isUuid,
+  type DeliveryUsageSchema,
+  type EntityManager,
+  type EventSchema,
+  type OrganizationSchema,
+  type WebhookDeliverySchema,
+  type WebhookEndpointSchema,
+} from '../db';
 import {
   DELIVERY_EVENT_UNIQUE,
-  fanOutInsertSql,
-  fannedOutDelivery,
+  deliveredJson,
+  deliveredOf,
+  fanOutInsert,
   workflowIdParts,
+  type DeliveredJson,
   type DeliveryEngine,
   type DeliveryRecords,
   type EventDelivery,
-  type FannedOutEvent,
 } from '../delivery';
 import { apiError } from '../errors';
 import {
   EVENT_NAME_PATTERN,
   MAX_EVENT_NAME_LENGTH,
-  PLANS_WITHOUT_DELIVERIES,
   createDeliveryCounts,
-  deliveriesCountedThisMonth,
+  deliveryGrants,
   deliveryMonthOf,
-  deliveryQuotaTakeSql,
-  monthlyDeliveryLimitSql,
-  planIncludesDeliveries,
-  quotaRefusalOf,
-  quotaRefusalSql,
+  publishingOrganizations,
+  subscribedEndpoints,
 } from '../webhooks';
 
 /** Limits of the contract the README documents (Internal event service). */
@@ -65,7 +73,10 @@ export interface PublishedEvent {
   deliveries: EventDelivery[];
 }
 
-type Tables = InferKyselyDB<typeof EventSchema>;
+/** The events table, and the tables the publish statement's parts read and write (their owners' parts). */
+type Tables = InferKyselyDB<
+  typeof EventSchema | typeof OrganizationSchema | typeof DeliveryUsageSchema | typeof WebhookEndpointSchema | typeof WebhookDeliverySchema
+>;
 
 const db = (em: EntityManager): Kysely<Tables> => em.getKysely<Tables>();
 
@@ -150,18 +161,7 @@ export class EventPublisher {
     return checked.map((event, index) => {
       const key = keyOf(event);
       const row = existing.get(index);
-      const base: Omit<PublishedEvent, 'deliveries'> = row
-        ? { ...row, replayed: true }
-        : {
-            organizationId: event.organizationId,
-            eventId: event.eventId,
-            eventType: event.eventType,
-            occurredAt: event.occurredAt ?? now,
-            recordedAt: now,
-            publisher,
-            skippedReason: planIncludesDeliveries(organizations.get(event.organizationId)!) ? null : PLAN_EXCLUDES_WEBHOOKS,
-            replayed: false,
-          };
+      const base: Omit<PublishedEvent, 'deliveries'> = row ? { ...row, replayed: true } : recorded.get(key)!;
       return { ...base, deliveries: deliveriesOf.get(key) ?? [] };
     });
   }
@@ -194,26 +194,21 @@ export class EventPublisher {
 
   /**
    * Runs publishStatement for the events whose organization exists. Returns the
-   * organizations found, the events recorded now (an event recorded before is left as it
-   * is, and not among them) and their deliveries. The statement writes nothing while an
-   * organization that may send deliveries has no count for the month yet: the counts are
-   * created, on their own, and the statement runs again.
+   * organizations found, the events recorded now as stored (an event recorded before is left
+   * as it is, and not among them) and their deliveries as stored. The statement writes
+   * nothing while an organization that may send deliveries has no count for the month yet:
+   * the counts are created, on their own, and the statement runs again.
    */
   private async record(
     tx: EntityManager,
     events: CheckedEvent[],
     publisher: string,
     now: Date,
-  ): Promise<{ organizations: Map<string, PublishingOrganization>; recorded: Set<string>; deliveries: EventDelivery[] }> {
+  ): Promise<{ organizations: Set<string>; recorded: Map<string, Omit<PublishedEvent, 'deliveries'>>; deliveries: EventDelivery[] }> {
     const known = events.filter((e) => isUuid(e.organizationId));
-    if (known.length === 0) return { organizations: new Map(), recorded: new Set(), deliveries: [] };
+    if (known.length === 0) return { organizations: new Set(), recorded: new Map(), deliveries: [] };
     const month = deliveryMonthOf(now);
-    const fannedOut: FannedOutEvent[] = known.map((e) => ({
-      organizationId: e.organizationId,
-      eventId: e.eventId,
-      eventType: e.eventType,
-      ...workflowIdParts(e.organizationId, e.eventId),
-    }));
+    const workflowIds = known.map((e) => workflowIdParts(e.organizationId, e.eventId));
     const params: PublishParams = {
       organizationIds: [...new Set(known.map((e) => e.organizationId))],
       month,
@@ -223,36 +218,28 @@ export class EventPublisher {
       payloads: known.map((e) => e.payloadJson),
       occurredAt: known.map((e) => e.occurredAt ?? now),
       bodies: known.map((e) => bodyOf(e, now)),
-      workflowHeads: fannedOut.map((e) => e.workflowHead),
-      workflowTails: fannedOut.map((e) => e.workflowTail),
+      workflowHeads: workflowIds.map((w) => w.workflowHead),
+      workflowTails: workflowIds.map((w) => w.workflowTail),
       exceptEndpointIds: known.map((e) => e.exceptEndpointId ?? null),
       publisher,
       now,
     };
     for (let run = 1; ; run++) {
       const [row] = await publishStatement.execute(db(tx), params);
-      const uncounted = (row!.organizations ?? []).filter(([, , , isUncounted]) => isUncounted).map(([id]) => id);
+      const uncounted = (row!.organizations ?? []).filter(([, isUncounted]) => isUncounted).map(([id]) => id);
       if (uncounted.length > 0) {
         // Nothing was written: the month's counts are made, then the statement runs again.
         if (run === 2) throw new Error(`The delivery counts of ${uncounted.join(', ')} for ${month} neither exist nor can be created.`);
         await createDeliveryCounts(tx, uncounted, month);
         continue;
       }
-      const organizations = new Map(
-        (row!.organizations ?? []).map(([id, plan, quota]): [string, PublishingOrganization] => [
-          id,
-          { id, plan, monthlyDeliveryQuota: quota === null ? null : Number(quota) },
-        ]),
+      const recorded = (row!.recorded ?? []).map(([organization_id, event_id, event_type, publisher, skipped_reason, occurredAtMs, recordedAtMs]) =>
+        eventOf({ organization_id, event_id, event_type, publisher, skipped_reason, occurredAtMs, recordedAtMs }, false),
       );
-      const refusals = new Map([...organizations.values()].map((o) => [o.id, quotaRefusalOf(o)]));
-      const at = now.getTime();
       return {
-        organizations,
-        recorded: new Set((row!.recorded ?? []).map(([organizationId, eventId]) => keyOf({ organizationId, eventId }))),
-        deliveries: (row!.deliveries ?? []).map(([id, endpointId, url, i, sendable]) => {
-          const event = fannedOut[i - 1]!;
-          return fannedOutDelivery({ id, endpointId, sendable }, event, url, refusals.get(event.organizationId)!, at);
-        }),
+        organizations: new Set((row!.organizations ?? []).map(([id]) => id)),
+        recorded: new Map(recorded.map((event) => [keyOf(event), event])),
+        deliveries: (row!.deliveries ?? []).map(deliveredOf),
       };
     }
   }
@@ -277,8 +264,6 @@ export class EventPublisher {
     return new Map(rows.map((row) => [Number(row.i), { ...eventOf(row, true), samePayload: row.samePayload }]));
   }
 }
-
-type PublishingOrganization = Pick<Organization, 'id' | 'plan' | 'monthlyDeliveryQuota'>;
 
 type RecordedEvent = Omit<PublishedEvent, 'deliveries'> & { samePayload: boolean };
 
@@ -351,16 +336,12 @@ interface PublishParams {
 
 /** What publishStatement answers, as JSON arrays (one row, parsed at once, instead of a row per delivery). */
 interface PublishRow {
-  /** [id, plan, monthly_delivery_quota, the statement wrote nothing for want of the month's count]. */
-  organizations: [string, Plan, number | null, boolean][] | null;
-  /** [organization id, event id] of each event recorded now. */
-  recorded: [string, string][] | null;
-  /**
-   * [id, endpoint id, endpoint URL, the event's position from 1, sendable] of each delivery
-   * recorded (all that fan_out holds: the insert has no ON CONFLICT), each event's in order,
-   * oldest endpoint first.
-   */
-  deliveries: [string, string, string, number, boolean][] | null;
+  /** [id, the statement wrote nothing for want of the month's count] of each organization found. */
+  organizations: [string, boolean][] | null;
+  /** Each event recorded now, as stored: [organization id, event id, type, publisher, skipped reason, occurred at, recorded at (epoch ms)]. */
+  recorded: [string, string, string, string, string | null, number, number][] | null;
+  /** Each delivery recorded, as stored (deliveredJson), each event's in order, oldest endpoint first. */
+  deliveries: DeliveredJson[] | null;
 }
 
 /**
@@ -377,76 +358,121 @@ function takenByAnotherDelivery(error: unknown, events: CheckedEvent[]): Error {
   });
 }
 
+/** The events of a publish, as its statement's CTE `input`: one row each, `i` its position from 1. */
+interface InputRow {
+  organization_id: string;
+  event_id: string;
+  event_type: string;
+  payload: string;
+  occurred_at: Date;
+  /** The delivered body (bodyOf). */
+  body: string;
+  workflow_head: string;
+  workflow_tail: string;
+  except_endpoint_id: string | null;
+  i: number;
+}
+
 /**
- * A publish's one statement, compiled once. It reads the organizations with the
- * deliveries counted this month (as last committed), records the events (those recorded
- * before are left as they are), and for each new event, one delivery per endpoint not
- * disabled (a paused one too: it holds the delivery) subscribed to its type, but the one
- * the event excepts: the quota's part (webhooks' deliveryQuotaTakeSql) counts those
- * of each organization with something left, in the order of the events and oldest
- * endpoint first, and the deliveries' part (delivery's fanOutInsertSql) records them,
- * pending as far as counted and failed with the quota's refusal beyond. Each table's part
- * is written by its owner; this statement only wires them. A plan without deliveries
- * records the event with its reason and no delivery.
+ * A publish's one statement, compiled once: the events' insert is the events module's; the
+ * organizations' plans, the subscription rule and the grant decision (quota) are webhooks'
+ * parts (publishingOrganizations, subscribedEndpoints, deliveryGrants), the deliveries' insert
+ * is delivery's (fanOutInsert). Each part names the CTEs it reads with their rows' types, so
+ * this wiring compiles only if it hands each part what it reads.
  *
- * An organization that may send deliveries but has no count for the month yet makes the
- * statement write nothing (the count must exist to be locked); the caller creates it and
- * runs the statement again. Prepared: planning these ten CTEs at every call cost
- * PostgreSQL about a quarter of what a publish cost it.
+ * It records the events (those recorded before are left as they are) and, for each new
+ * event of an organization whose plan includes deliveries, one delivery per subscribed
+ * endpoint: pending as far as the month's quota counts them, in the order of the events and
+ * oldest endpoint first, and failed with the quota's refusal beyond. It answers with the rows
+ * it wrote, as stored. An organization that may send deliveries but has no count for the
+ * month yet makes the statement write nothing (the count must exist to be locked); the
+ * caller creates it and runs the statement again. Prepared: planning these CTEs at every
+ * call cost PostgreSQL about a quarter of what a publish cost it.
  */
-const publishStatement = new CompiledStatement((k: Kysely<Tables>, p: PublishParams) => {
-  const statement = sql<PublishRow>`
-    with input as (
-      select *
-        from unnest(${p.eventOrganizationIds}::uuid[], ${p.eventIds}::text[], ${p.eventTypes}::text[], ${p.payloads}::text[],
+const publishStatement = new CompiledStatement(
+  (k: Kysely<Tables>, p: PublishParams) => {
+    const planned = publishingOrganizations(
+      k.with('input', (w) =>
+        w
+          .selectFrom(
+            sql<InputRow>`(select * from unnest(${p.eventOrganizationIds}::uuid[], ${p.eventIds}::text[], ${p.eventTypes}::text[], ${p.payloads}::text[],
                     ${p.occurredAt}::timestamptz[], ${p.bodies}::text[], ${p.workflowHeads}::text[], ${p.workflowTails}::text[],
                     ${p.exceptEndpointIds}::uuid[])
-             with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, body, workflow_head, workflow_tail, except_endpoint_id, i)
-    ), organization as (
-      select o.id, o.plan, o.monthly_delivery_quota, ${deliveriesCountedThisMonth(sql.ref('o.id'), p.month)} as counted,
-             ${monthlyDeliveryLimitSql(sql.ref('o.plan'), sql.ref('o.monthly_delivery_quota'))} as monthly_limit,
-             o.plan::text = any(${PLANS_WITHOUT_DELIVERIES}::text[]) as without_deliveries
-        from organizations o
-       where o.id = any(${p.organizationIds}::uuid[])
-    ), uncounted as (
-      select o.id from organization o where o.counted is null and o.monthly_limit > 0 and not o.without_deliveries
-    ), recorded as (
-      insert into events (id, organization_id, event_id, event_type, payload, occurred_at, publisher, skipped_reason, created_at)
-      select gen_random_uuid(), v.organization_id, v.event_id, v.event_type, v.payload::jsonb, v.occurred_at, ${p.publisher}::text,
-             case when o.without_deliveries then ${PLAN_EXCLUDES_WEBHOOKS}::text end, ${p.now}::timestamptz
-        from input v
-        join organization o on o.id = v.organization_id
-       where not exists (select 1 from uncounted)
-       order by v.i
-      on conflict (organization_id, event_id) do nothing
-      returning organization_id, event_id
-    ), subscribed as materialized (
-      select gen_random_uuid() as id, v.organization_id, e.id as endpoint_id, e.url, v.event_id, v.event_type, v.body, v.workflow_head, v.workflow_tail, v.i,
-             row_number() over (partition by v.organization_id order by v.i, e.created_at, e.id) as n
-        from input v
-        join recorded r on r.organization_id = v.organization_id and r.event_id = v.event_id
-        join organization o on o.id = v.organization_id and not o.without_deliveries
-        join webhook_endpoints e on e.organization_id = v.organization_id and e.disabled_at is null and v.event_type = any(e.event_names)
-                                and e.id is distinct from v.except_endpoint_id
-    ), wanted as (
-      select s.organization_id, count(*) as wanted, o.monthly_limit
-        from subscribed s
-        join organization o on o.id = s.organization_id
-       where o.monthly_limit > o.counted
-       group by s.organization_id, o.monthly_limit
-    ), ${deliveryQuotaTakeSql(p.month)}, fan_out as (
-      select s.*, s.n <= coalesce(g.granted, 0) as sendable, ${quotaRefusalSql(sql.ref('o.monthly_limit'))} as refusal
-        from subscribed s
-        join organization o on o.id = s.organization_id
-        left join quota_granted g on g.organization_id = s.organization_id
-    ), delivered as (${fanOutInsertSql('fan_out', p.now)})
-    select
-      (select json_agg(json_build_array(o.id, o.plan, o.monthly_delivery_quota, o.id in (select u.id from uncounted u)))
-         from organization o) as organizations,
-      (select json_agg(json_build_array(r.organization_id, r.event_id)) from recorded r) as recorded,
-      (select json_agg(json_build_array(f.id, f.endpoint_id, f.url, f.i, f.sendable) order by f.i, f.n) from fan_out f) as deliveries`;
-  return statement;
-}, { prepare: true });
+             with ordinality as v(organization_id, event_id, event_type, payload, occurred_at, body, workflow_head, workflow_tail, except_endpoint_id, i))`.as('v'),
+          )
+          .selectAll('v'),
+      ),
+      p.organizationIds,
+      p.month,
+    )
+      .with('recorded', (w) =>
+        w
+          .insertInto('events')
+          .columns(['id', 'organization_id', 'event_id', 'event_type', 'payload', 'occurred_at', 'publisher', 'skipped_reason', 'created_at'])
+          .expression((eb) =>
+            eb
+              .selectFrom('input as v')
+              .innerJoin('organization as o', 'o.id', 'v.organization_id')
+              .select((s) => [
+                sql<string>`gen_random_uuid()`.as('id'),
+                'v.organization_id',
+                'v.event_id',
+                'v.event_type',
+                sql<string>`${s.ref('v.payload')}::jsonb`.as('payload'),
+                'v.occurred_at',
+                sql<string>`${p.publisher}::text`.as('publisher'),
+                sql<string | null>`case when ${s.ref('o.without_deliveries')} then ${PLAN_EXCLUDES_WEBHOOKS}::text end`.as('skipped_reason'),
+                sql<Date>`${p.now}::timestamptz`.as('created_at'),
+              ])
+              .where((s) => s.not(s.exists(s.selectFrom('organization as u').select('u.id').where('u.uncounted', '=', true))))
+              .orderBy('v.i'),
+          )
+          .onConflict((oc) => oc.columns(['organization_id', 'event_id']).doNothing())
+          .returning(['organization_id', 'event_id', 'event_type', 'publisher', 'skipped_reason', epochMs('occurred_at').as('occurred_at_ms'), epochMs('created_at').as('created_at_ms')]),
+      )
+      .with('new_events', (w) =>
+        w
+          .selectFrom('input as v')
+          .innerJoin('recorded as r', (join) => join.onRef('r.organization_id', '=', 'v.organization_id').onRef('r.event_id', '=', 'v.event_id'))
+          .select(['v.organization_id', 'v.event_type', 'v.except_endpoint_id', 'v.i']),
+      )
+      .with('subscribed', (w) => subscribedEndpoints(w));
+    return deliveryGrants(planned, p.month)
+      .with('fan_out', (w) =>
+        w
+          .selectFrom('granted as g')
+          .innerJoin('input as v', 'v.i', 'g.i')
+          .select(['g.organization_id', 'g.endpoint_id', 'g.url', 'g.i', 'g.n', 'g.sendable', 'g.refusal', 'v.event_id', 'v.event_type', 'v.body', 'v.workflow_head', 'v.workflow_tail']),
+      )
+      .with('delivered', (w) => fanOutInsert(w, p.now))
+      .selectNoFrom((eb) => [
+        eb
+          .selectFrom('organization as o')
+          .select((s) => sql<PublishRow['organizations']>`json_agg(json_build_array(${s.ref('o.id')}, ${s.ref('o.uncounted')}))`.as('organizations'))
+          .as('organizations'),
+        eb
+          .selectFrom('recorded as r')
+          .select((s) =>
+            sql<PublishRow['recorded']>`json_agg(json_build_array(${sql.join([
+              s.ref('r.organization_id'),
+              s.ref('r.event_id'),
+              s.ref('r.event_type'),
+              s.ref('r.publisher'),
+              s.ref('r.skipped_reason'),
+              s.ref('r.occurred_at_ms'),
+              s.ref('r.created_at_ms'),
+            ])}))`.as('recorded'),
+          )
+          .as('recorded'),
+        eb
+          .selectFrom('delivered')
+          .innerJoin('fan_out as f', (join) => join.onRef('f.endpoint_id', '=', 'delivered.endpoint_id').onRef('f.event_id', '=', 'delivered.event_id'))
+          .select((s) => sql<PublishRow['deliveries']>`json_agg(${deliveredJson(s, s.ref('f.url'))} order by ${s.ref('f.i')}, ${s.ref('f.n')})`.as('deliveries'))
+          .as('deliveries'),
+      ]);
+  },
+  { prepare: true },
+);
 
 function eventColumns(k: Kysely<Tables>) {
   return k

@@ -6,13 +6,12 @@ export { rotateSigningSecrets } from './rotation';
 export {
   PLANS_WITHOUT_DELIVERIES,
   planIncludesDeliveries,
-  deliveriesCountedThisMonth,
   deliveryMonthOf,
   quotaRefusalOf,
-  monthlyDeliveryLimitSql,
-  quotaRefusalSql,
-  deliveryQuotaTakeSql,
+  publishingOrganizations,
   createDeliveryCounts,
   takeDeliveryQuota,
+  type PublishingOrganizationRow,
 } from './plans';
+export { subscribedEndpoints, deliveryGrants, type NewEventRow, type SubscribedRow, type GrantedRow } from './subscriptions';
 export { EVENT_NAME_PATTERN, MAX_EVENT_NAME_LENGTH } from './event-names';

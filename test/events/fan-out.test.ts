@@ -191,7 +191,7 @@ describe(`one publish to ${SUBSCRIBERS} subscribed endpoints`, () => {
     for (const { statements } of [one, many]) {
       // The event, the quota's count and every delivery: one statement, which commits on its own.
       expect(statements).toHaveLength(1);
-      expect(statements[0]).toMatch(/insert into events[\s\S]*update delivery_usage[\s\S]*insert into webhook_deliveries/);
+      expect(statements[0]).toMatch(/insert into "events"[\s\S]*update "delivery_usage"[\s\S]*insert into "webhook_deliveries"/);
     }
     // The month's first publish: the same statement, which wrote nothing for want of the month's count, the count, the statement again.
     expect(first.event.deliveries).toHaveLength(1);

@@ -60,6 +60,24 @@ async function eventRows(eventId: string): Promise<{ publisher: string }[]> {
 
 const newEventId = () => `evt_${randomUUID()}`;
 
+async function enterpriseNearQuota(quota: number, counted: number | null, endpoints: number): Promise<Tenant> {
+  const tenant = await t.tenant({ plan: 'enterprise' });
+  await client(OperatorService, t.url, 'grpc', t.config.operatorToken).setDeliveryQuota({ organizationId: tenant.organizationId, monthlyDeliveries: BigInt(quota) });
+  if (counted !== null) {
+    await t.orm.em.fork().execute(
+      `insert into delivery_usage (organization_id, month, deliveries) values (?, date_trunc('month', now() at time zone 'utc')::date, ?)`,
+      [tenant.organizationId, counted],
+    );
+  }
+  for (let i = 0; i < endpoints; i++) await endpoint(tenant, ['post.held']);
+  return tenant;
+}
+
+async function countedOf(tenant: Tenant): Promise<number> {
+  const [usage] = await t.orm.em.fork().execute<{ deliveries: string }[]>('select deliveries from delivery_usage where organization_id = ?', [tenant.organizationId]);
+  return Number(usage!.deliveries);
+}
+
 describe.each(TRANSPORTS)('EventService over %s', (transport) => {
   const events = () => client(EventService, t.url, transport, SCHEDULER_TOKEN);
 
@@ -240,24 +258,6 @@ describe('plans and quotas', () => {
     const test = await rest(t.url, 'POST', `/api/v1/webhooks/${webhooks[0].id}/test`, { apiKey: tenant.apiKey });
     expect(test.body.code).toBe('DELIVERY_QUOTA_EXCEEDED');
   });
-  async function enterpriseNearQuota(quota: number, counted: number | null, endpoints: number): Promise<Tenant> {
-    const tenant = await t.tenant({ plan: 'enterprise' });
-    await client(OperatorService, t.url, 'grpc', t.config.operatorToken).setDeliveryQuota({ organizationId: tenant.organizationId, monthlyDeliveries: BigInt(quota) });
-    if (counted !== null) {
-      await t.orm.em.fork().execute(
-        `insert into delivery_usage (organization_id, month, deliveries) values (?, date_trunc('month', now() at time zone 'utc')::date, ?)`,
-        [tenant.organizationId, counted],
-      );
-    }
-    for (let i = 0; i < endpoints; i++) await endpoint(tenant, ['post.held']);
-    return tenant;
-  }
-
-  async function countedOf(tenant: Tenant): Promise<number> {
-    const [usage] = await t.orm.em.fork().execute<{ deliveries: string }[]>('select deliveries from delivery_usage where organization_id = ?', [tenant.organizationId]);
-    return Number(usage!.deliveries);
-  }
-
   it.each([
     ['with the month counted so far', 15],
     ['in a month nothing was counted yet', null],
@@ -318,6 +318,29 @@ describe('plans and quotas', () => {
     expect(published[3]!.replayed).toBe(true);
     expect(published[3]!.deliveries.map((d) => d.deliveryId)).toEqual(published[1]!.deliveries.map((d) => d.deliveryId));
     expect(await countedOf(tenant)).toBe(10);
+  });
+});
+
+describe('the answer of a publish', () => {
+  it('is the event and its deliveries as the statement stored them, field by field', async () => {
+    const sending = await enterpriseNearQuota(2, 0, 3);
+    const starter = await t.tenant({ plan: 'starter' });
+    const publisher = new EventPublisher({ deliveries: new DeliveryRecords(), engine: { start: async () => ({ workflowId: '' }) }, logger: t.app.logger, now: Date.now });
+    const batch = [
+      { organizationId: sending.organizationId, eventId: newEventId(), eventType: 'post.held', payload: { postId: 'p_1' } },
+      { organizationId: starter.organizationId, eventId: newEventId(), eventType: 'post.held' },
+    ];
+    // Read back in the publish's own transaction, before any engine can see (and change) the rows.
+    await t.orm.em.fork().transactional(async (tx) => {
+      const published = await publisher.publishEvents(tx, batch, 'scheduler');
+      const stored = await Promise.all(batch.map((e) => publisher.find(tx, e.organizationId, e.eventId)));
+      expect(published).toEqual(stored.map((found) => ({ ...found, replayed: false })));
+      const [held, skipped] = published;
+      expect(held!.deliveries.map((d) => d.status)).toEqual(['pending', 'pending', 'failed']);
+      expect(held!.deliveries[2]!.lastError).toBe('The monthly quota of 2 webhook deliveries is used up (DELIVERY_QUOTA_EXCEEDED).');
+      expect(held!.deliveries.map((d) => d.workflowId)).toEqual(held!.deliveries.map((d) => workflowIdFor({ ...d, organizationId: sending.organizationId })));
+      expect(skipped).toMatchObject({ skippedReason: 'PLAN_EXCLUDES_WEBHOOKS', deliveries: [] });
+    });
   });
 });
 
