@@ -76,44 +76,50 @@ export const fanOutInsert = statementPart((qc: QueryCreator<Tables>, now: Date) 
     )
     .returning([
       'id',
-      'organization_id',
-      'endpoint_id',
-      'event_id',
-      'event_type',
+      'organization_id as organizationId',
+      'endpoint_id as endpointId',
+      'event_id as eventId',
+      'event_type as eventType',
       'status',
-      'attempt_count',
-      epochMs<number | null>('next_attempt_at').as('next_attempt_at_ms'),
-      'last_error',
-      'last_response_status',
-      'workflow_id',
-      epochMs<number | null>('delivered_at').as('delivered_at_ms'),
-      epochMs('created_at').as('created_at_ms'),
-      epochMs('updated_at').as('updated_at_ms'),
+      'attempt_count as attemptCount',
+      epochMs<number | null>('next_attempt_at').as('nextAttemptAtMs'),
+      'last_error as lastError',
+      'last_response_status as lastResponseStatus',
+      'workflow_id as workflowId',
+      epochMs<number | null>('delivered_at').as('deliveredAtMs'),
+      epochMs('created_at').as('createdAtMs'),
+      epochMs('updated_at').as('updatedAtMs'),
       'series',
     ]),
 );
 
-/** What fanOutInsert returns of each delivery it recorded: the CTE the caller names for it. */
-export interface DeliveredRow {
-  id: string;
-  organization_id: string;
-  endpoint_id: string;
-  event_id: string;
-  event_type: string;
-  status: DeliveryStatus;
-  attempt_count: number;
-  next_attempt_at_ms: number | null;
-  last_error: string | null;
-  last_response_status: number | null;
-  workflow_id: string;
-  delivered_at_ms: number | null;
-  created_at_ms: number;
-  updated_at_ms: number;
-  series: number;
-}
+/** What fanOutInsert returns of each delivery it recorded, as the answer shows it: the CTE the caller names `delivered`. */
+export type DeliveredRow = Omit<EventDelivery, 'endpointUrl'>;
 
-/** A recorded delivery in a statement's JSON answer, with its endpoint's URL: one array, read by deliveredOf. */
-export type DeliveredJson = [string, string, string, string, string, DeliveryStatus, number, number | null, string | null, number | null, string, number | null, number, number, number, string];
+/** DeliveredRow's fields in the order deliveredJson puts them in its array. */
+const DELIVERED_FIELDS = [
+  'id',
+  'organizationId',
+  'endpointId',
+  'eventId',
+  'eventType',
+  'status',
+  'attemptCount',
+  'nextAttemptAtMs',
+  'lastError',
+  'lastResponseStatus',
+  'workflowId',
+  'deliveredAtMs',
+  'createdAtMs',
+  'updatedAtMs',
+  'series',
+] as const satisfies readonly (keyof DeliveredRow)[];
+/** Fails to compile while a field of DeliveredRow is missing from DELIVERED_FIELDS. */
+const everyField: Exclude<keyof DeliveredRow, (typeof DELIVERED_FIELDS)[number]> extends never ? true : never = true;
+void everyField;
+
+/** A recorded delivery in a statement's JSON answer: DELIVERED_FIELDS' values, then its endpoint's URL (deliveredOf reads it). */
+export type DeliveredJson = unknown[];
 
 /**
  * A delivery fanOutInsert returned, from the caller's CTE `delivered`, with its endpoint's
@@ -121,64 +127,14 @@ export type DeliveredJson = [string, string, string, string, string, DeliverySta
  */
 export function deliveredJson<DB extends { delivered: DeliveredRow }>(eb: ExpressionBuilder<DB, 'delivered'>, url: Expression<string>): RawBuilder<DeliveredJson> {
   const d = eb as unknown as ExpressionBuilder<{ delivered: DeliveredRow }, 'delivered'>;
-  const columns = [
-    d.ref('delivered.id'),
-    d.ref('delivered.organization_id'),
-    d.ref('delivered.endpoint_id'),
-    d.ref('delivered.event_id'),
-    d.ref('delivered.event_type'),
-    d.ref('delivered.status'),
-    d.ref('delivered.attempt_count'),
-    d.ref('delivered.next_attempt_at_ms'),
-    d.ref('delivered.last_error'),
-    d.ref('delivered.last_response_status'),
-    d.ref('delivered.workflow_id'),
-    d.ref('delivered.delivered_at_ms'),
-    d.ref('delivered.created_at_ms'),
-    d.ref('delivered.updated_at_ms'),
-    d.ref('delivered.series'),
-    url,
-  ];
-  return sql<DeliveredJson>`json_build_array(${sql.join(columns)})`;
+  return sql<DeliveredJson>`json_build_array(${sql.join([...DELIVERED_FIELDS.map((field) => d.ref(`delivered.${field}`)), url])})`;
 }
 
 /** A delivery of deliveredJson's array. */
-export function deliveredOf([
-  id,
-  organizationId,
-  endpointId,
-  eventId,
-  eventType,
-  status,
-  attemptCount,
-  nextAttemptAtMs,
-  lastError,
-  lastResponseStatus,
-  workflowId,
-  deliveredAtMs,
-  createdAtMs,
-  updatedAtMs,
-  series,
-  endpointUrl,
-]: DeliveredJson): EventDelivery {
-  return {
-    id,
-    organizationId,
-    endpointId,
-    eventId,
-    eventType,
-    status,
-    attemptCount,
-    nextAttemptAtMs,
-    lastError,
-    lastResponseStatus,
-    workflowId,
-    deliveredAtMs,
-    createdAtMs,
-    updatedAtMs,
-    series,
-    endpointUrl,
-  };
+export function deliveredOf(values: DeliveredJson): EventDelivery {
+  const delivery: Record<string, unknown> = { endpointUrl: values[DELIVERED_FIELDS.length] };
+  DELIVERED_FIELDS.forEach((field, i) => (delivery[field] = values[i]));
+  return delivery as unknown as EventDelivery;
 }
 
 /** Deliveries are unique per endpoint and event id: the constraint a second one violates. */

@@ -466,7 +466,7 @@ const publishStatement = new CompiledStatement(
           .as('recorded'),
         eb
           .selectFrom('delivered')
-          .innerJoin('fan_out as f', (join) => join.onRef('f.endpoint_id', '=', 'delivered.endpoint_id').onRef('f.event_id', '=', 'delivered.event_id'))
+          .innerJoin('fan_out as f', (join) => join.onRef('f.endpoint_id', '=', 'delivered.endpointId').onRef('f.event_id', '=', 'delivered.eventId'))
           .select((s) => sql<PublishRow['deliveries']>`json_agg(${deliveredJson(s, s.ref('f.url'))} order by ${s.ref('f.i')}, ${s.ref('f.n')})`.as('deliveries'))
           .as('deliveries'),
       ]);
