@@ -9,7 +9,10 @@
  *   - a 100-endpoint fan-out's publish call: its duration and, on Temporal, the workflow
  *     starts per second it makes;
  *   - CPU per delivery: this process (the API, the Temporal worker's activities and the
- *     receiver all run in it, as in the test harness) and, on Temporal, the development server.
+ *     receiver all run in it, as in the test harness) and, on Temporal, the development server;
+ *   - for the two throughput loads: the starts that missed their deadline (the API's
+ *     warning; such a delivery waits for the pending sweep unless its workflow started after
+ *     all), POSTs beyond one per delivery, and when the slowest delivery arrived.
  *
  * The Temporal server here is the development server on SQLite (scripts/temporal-server.ts),
  * on the same 2 cores as everything else: it is not a production cluster, and its figures
@@ -22,6 +25,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { EventService } from '../src/gen/publishing/internal/v1/event_service_pb';
+import { createLogger } from '../src/config';
 import { SecretBox } from '../src/secrets';
 import { subscribedEndpoints } from '../test/support/deliveries';
 import globalSetup from '../test/support/global-setup';
@@ -81,10 +85,22 @@ interface EngineFigures {
   workflowStartsPerSecond: number | null;
   processCpuMsPerDelivery: number;
   serverCpuMsPerDelivery: number | null;
+  /** Per throughput load: starts past their deadline, POSTs beyond one per delivery, seconds from the first publish to the last arrival. */
+  missedStarts16: number;
+  extraPosts16: number;
+  lastArrivalSeconds16: number;
+  missedStarts1000: number;
+  extraPosts1000: number;
+  lastArrivalSeconds1000: number;
 }
 
+/** The warning the publisher logs when an engine's start failed or missed its deadline (src/events/publisher.ts). */
+const START_MISSED = 'could not start an event delivery';
+
 async function measure(engine: EngineName, receiver: HttpsReceiver, caPem: string): Promise<EngineFigures> {
-  const t = await startEngineApp(engine, { INTERNAL_SERVICE_TOKENS: `bench:${TOKEN}`, DELIVERY_EXTRA_CA_PEM: caPem, DELIVERY_CONCURRENCY: '64' });
+  let missedStarts = 0;
+  const logger = createLogger('warn', { write: (line: string) => void (line.includes(START_MISSED) && missedStarts++) });
+  const t = await startEngineApp(engine, { INTERNAL_SERVICE_TOKENS: `bench:${TOKEN}`, DELIVERY_EXTRA_CA_PEM: caPem, DELIVERY_CONCURRENCY: '64' }, { logger });
   try {
     const tenant = await t.tenant({ plan: 'command' });
     const events = client(EventService, t.url, 'grpc', TOKEN);
@@ -110,11 +126,18 @@ async function measure(engine: EngineName, receiver: HttpsReceiver, caPem: strin
     await Promise.all(Array.from({ length: 25 }, (_, i) => events.publishEvent({ organizationId: tenant.organizationId, eventId: `${e16}-${i}`, eventType: e16 })));
     const last16 = await untilArrived(`/${e16}/`, 16 * 25);
     const deliveriesPerSecond16 = (16 * 25) / ((last16 - t0) / 1000);
-    t0 = Date.now();
+    const lastArrivalSeconds16 = (last16 - t0) / 1000;
+    const missedStarts16 = missedStarts;
+    const t1000 = Date.now();
+    t0 = t1000;
     await events.publishEvent({ organizationId: tenant.organizationId, eventId: `${e1000}-0`, eventType: e1000 });
     const last1000 = await untilArrived(`/${e1000}/`, 1000);
     const deliveriesPerSecond1000 = 1000 / ((last1000 - t0) / 1000);
+    const lastArrivalSeconds1000 = (last1000 - t1000) / 1000;
+    const missedStarts1000 = missedStarts - missedStarts16;
     await t.idle();
+    const extraPosts16 = arrivalsOf(`/${e16}/`) - 16 * 25;
+    const extraPosts1000 = arrivalsOf(`/${e1000}/`) - 1000;
     const delivered = 16 * 25 + 1000;
     const processCpuMsPerDelivery = ((selfCpuSeconds() - cpu0) * 1000) / delivered;
     const serverCpuMsPerDelivery = engine === 'temporal' ? ((treeCpuSeconds(testTemporalServerPid()) - server0) * 1000) / delivered : null;
@@ -149,6 +172,12 @@ async function measure(engine: EngineName, receiver: HttpsReceiver, caPem: strin
       workflowStartsPerSecond: engine === 'temporal' ? 100 / (fanOut100PublishMs / 1000) : null,
       processCpuMsPerDelivery,
       serverCpuMsPerDelivery,
+      missedStarts16,
+      extraPosts16,
+      lastArrivalSeconds16,
+      missedStarts1000,
+      extraPosts1000,
+      lastArrivalSeconds1000,
     };
   } finally {
     await t.close();
@@ -169,7 +198,9 @@ async function main(): Promise<void> {
   const fmt = (n: number | null, digits = 1) => (n === null ? '—' : n.toFixed(digits));
   const rows: [string, (f: EngineFigures) => string][] = [
     ['deliveries/s, 16 endpoints (25 events)', (f) => fmt(f.deliveriesPerSecond16)],
+    ['  starts past their 2 s deadline / POSTs beyond one each / last arrival (s)', (f) => `${f.missedStarts16} / ${f.extraPosts16} / ${fmt(f.lastArrivalSeconds16)}`],
     ['deliveries/s, 1,000 endpoints (one event)', (f) => fmt(f.deliveriesPerSecond1000)],
+    ['  starts past their 2 s deadline / POSTs beyond one each / last arrival (s)', (f) => `${f.missedStarts1000} / ${f.extraPosts1000} / ${fmt(f.lastArrivalSeconds1000)}`],
     ['publish → receiver p50 (ms)', (f) => fmt(f.latencyP50Ms)],
     ['publish → receiver p99 (ms)', (f) => fmt(f.latencyP99Ms)],
     ['100-endpoint publish call (ms)', (f) => fmt(f.fanOut100PublishMs)],
