@@ -75,7 +75,7 @@ const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS
  *
  * Failures of ours never use one of the 8 attempts: PostgreSQL unreachable before the
  * request leaves is waited out (the attempt heartbeats meanwhile), and the attempt is
- * counted only once the request is about to be written (markDispatched) or failed on the
+ * counted only once the request is about to be written (markAllDispatched) or failed on the
  * receiver's side of the network. An outcome that did come back is kept and its recording
  * retried until PostgreSQL answers, for as long as this process lives.
  */

@@ -29,7 +29,7 @@ import { workflowIdFor } from './workflow-id';
  *
  *   pending/retrying/held ──claimDue──► (leased) ──beginAttempt──► send | held | failed | exhausted
  *   (the embedded engine's claimDue leases and begins in one statement)
- *   send ──markDispatched──► (counted) ──recordOutcome──► delivered | retrying | (8th) → deadLetter
+ *   send ──markAllDispatched──► (counted) ──recordOutcomes──► delivered | retrying | (8th) → deadLetter
  *   held ──releaseHeld / releaseHeldOfEndpoint──► due now
  *
  * An attempt counts (attempt_count) once its request may have reached the receiver, or
@@ -221,7 +221,7 @@ export interface AttemptResultRecord extends AttemptKey {
   excerpt?: string | null;
 }
 
-/** What recordOutcome wrote. */
+/** What recordOutcomes wrote of one attempt. */
 export type RecordedOutcome =
   | { kind: 'delivered'; sent: number }
   | { kind: 'retrying'; sent: number; exhausted: boolean }
@@ -402,16 +402,6 @@ export class DeliveryRecords {
     return Number(result.numUpdatedRows) > 0;
   }
 
-  /** Embedded engine: gives a lease back (a step that ended without an outcome, say). */
-  async releaseLease(em: EntityManager, deliveryId: string, owner: string): Promise<void> {
-    await db(em)
-      .updateTable('webhook_deliveries')
-      .set({ lease_until: null, lease_owner: null })
-      .where('id', '=', deliveryId)
-      .where('lease_owner', '=', owner)
-      .execute();
-  }
-
   /**
    * Starts an attempt. Under a lock on the delivery row, decides what the attempt may do:
    * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
@@ -563,17 +553,9 @@ export class DeliveryRecords {
   /**
    * The connection to the receiver stands and the request is about to be written: from
    * here on the attempt counts. Refused (false) when a kill switch came on (or the endpoint
-   * was paused) meanwhile, the
-   * delivery finished, or another executor took the attempt over; then nothing is sent.
-   */
-  async markDispatched(em: EntityManager, ref: DeliveryRef, attempt: number, startedAt: Date): Promise<boolean> {
-    const [marked] = await this.markAllDispatched(em, [{ ref, attempt, startedAt }]);
-    return marked!;
-  }
-
-  /**
-   * markDispatched for attempts of several deliveries (one each) in one statement: what a
-   * group commit of concurrent attempts writes. One answer per attempt, in their order.
+   * was paused) meanwhile, the delivery finished, or another executor took the attempt over;
+   * then nothing is sent. Attempts of several deliveries (one each) go in one statement:
+   * what a group commit of concurrent attempts writes. One answer per attempt, in their order.
    */
   async markAllDispatched(em: EntityManager, attempts: AttemptKey[]): Promise<boolean[]> {
     const rows = await this.dispatch.execute(db(em), { now: new Date(this.now()), ...attemptColumns(attempts) });
@@ -587,22 +569,9 @@ export class DeliveryRecords {
    * the receiver's network is not an attempt and is never recorded here. Idempotent: an
    * attempt another executor already closed as interrupted takes this real outcome instead,
    * unless a later attempt was sent meanwhile. One statement writes the attempt's row and
-   * the delivery's together, or neither.
-   */
-  async recordOutcome(
-    em: EntityManager,
-    ref: DeliveryRef,
-    attempt: number,
-    startedAt: Date,
-    outcome: Pick<AttemptResultRecord, 'status' | 'error' | 'errorClass' | 'excerpt'>,
-  ): Promise<RecordedOutcome> {
-    const [recorded] = await this.recordOutcomes(em, [{ ref, attempt, startedAt, ...outcome }]);
-    return recorded!;
-  }
-
-  /**
-   * recordOutcome for attempts of several deliveries (one each) in one statement: what a
-   * group commit of concurrent attempts writes. One answer per attempt, in their order.
+   * the delivery's together, or neither; attempts of several deliveries (one each) go in
+   * that one statement: what a group commit of concurrent attempts writes. One answer per
+   * attempt, in their order.
    */
   async recordOutcomes(em: EntityManager, outcomes: AttemptResultRecord[]): Promise<RecordedOutcome[]> {
     const now = new Date(this.now());
