@@ -45,6 +45,10 @@ export {
  * An attempt counts (attempt_count) once its request may have reached the receiver, or
  * once it failed on the receiver's side of the network (DNS, connect, TLS): never for a
  * failure of ours (PostgreSQL unreachable, a worker that died before sending).
+ *
+ * One per process (server/dependencies.ts, worker-main.ts), handed to everything that
+ * needs it, the attempts included: its clock and retry interval are the ones every
+ * transition reads.
  */
 export class DeliveryRecords {
   private readonly schedule: Schedule;
