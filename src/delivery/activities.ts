@@ -8,19 +8,20 @@ import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient, type OutboundErrorKind } from '../outbound';
 import { deliveryHeaders, overlapRunning, type DeliverySigning } from '../signatures';
-import { DeliveryRecords, type AttemptKey, type AttemptResultRecord, type AttemptStart, type RecordedOutcome } from './records';
+import type { AttemptKey, AttemptResultRecord, AttemptStart, DeliveryRecords, RecordedOutcome } from './records';
 import { GroupCommit } from './group-commit';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
 export interface ActivityDeps {
   orm: MikroORM;
+  /** The process's one DeliveryRecords: its clock and retry interval are the ones every attempt's rows are written with. */
+  records: DeliveryRecords;
   secrets: SecretBox;
   outbound: OutboundClient;
   logger: Logger;
+  /** The clock an attempt signs and waits by: the one the records were given. */
   now?: () => number;
-  /** Production: the contract's 30 s. Only the embedded engine's test configuration shortens it. */
-  retryIntervalMs?: number;
   /** Told what happened to each delivery, for metrics. */
   onEvent?: (event: DeliveryEvent) => void;
 }
@@ -75,7 +76,7 @@ const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS
  *
  * Failures of ours never use one of the 8 attempts: PostgreSQL unreachable before the
  * request leaves is waited out (the attempt heartbeats meanwhile), and the attempt is
- * counted only once the request is about to be written (markDispatched) or failed on the
+ * counted only once the request is about to be written (markAllDispatched) or failed on the
  * receiver's side of the network. An outcome that did come back is kept and its recording
  * retried until PostgreSQL answers, for as long as this process lives.
  */
@@ -86,7 +87,7 @@ export class DeliveryAttempts {
   private readonly outcomes: GroupCommit<AttemptResultRecord, RecordedOutcome>;
 
   constructor(private readonly deps: ActivityDeps) {
-    this.records = new DeliveryRecords({ now: deps.now, retryIntervalMs: deps.retryIntervalMs });
+    this.records = deps.records;
     const byDelivery = (a: AttemptKey) => a.ref.deliveryId;
     // A dispatch mark keeps its connection to the receiver waiting: up to four are written at
     // once (four of the pool's ten connections at most). Outcomes hold no connection: one at a time.
@@ -310,7 +311,7 @@ function describeFailure(error: unknown): string {
 /** The outbound client and secrets as configured for this deployment: the API's embedded engine and the Temporal worker use the same. */
 export function activityDepsFromConfig(
   config: Pick<Config, 'secretKeys' | 'currentSecretKeyId' | 'delivery'>,
-  deps: Pick<ActivityDeps, 'orm' | 'logger' | 'now' | 'onEvent'>,
+  deps: Pick<ActivityDeps, 'orm' | 'records' | 'logger' | 'now' | 'onEvent'>,
 ): ActivityDeps {
   return {
     ...deps,
@@ -323,6 +324,5 @@ export function activityDepsFromConfig(
       connectionsPerEndpoint: config.delivery.connectionsPerEndpoint,
       connectionMaxAgeMs: config.delivery.connectionMaxAgeMs,
     }),
-    retryIntervalMs: config.delivery.retryIntervalMs,
   };
 }

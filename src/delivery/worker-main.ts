@@ -36,7 +36,7 @@ async function main(): Promise<void> {
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
       workflowsPath: require.resolve('../../workflows'),
-      activities: createActivities(activityDepsFromConfig(config, { orm, logger, onEvent: metrics.observe })),
+      activities: createActivities(activityDepsFromConfig(config, { orm, records, logger, onEvent: metrics.observe })),
     });
     logger.info({ taskQueue: config.temporal.taskQueue, metrics: `http://${config.host}:${(server.address() as AddressInfo).port}/metrics` }, 'delivery worker running');
     await worker.run();

@@ -20,6 +20,7 @@ let organizationId: string;
 let next: ReceiverAction = { status: 200 };
 const secrets = new SecretBox(new Map([['k', Buffer.alloc(32, 7)]]), 'k');
 const NOW = Date.parse('2026-11-21T12:00:00Z');
+const records = new DeliveryRecords({ now: () => NOW });
 
 beforeAll(async () => {
   const database = await createTestDatabase();
@@ -30,6 +31,7 @@ beforeAll(async () => {
   organizationId = (await createOrganization(orm.em.fork(), { name: 'Activities', plan: 'scale' })).id;
   activities = createActivities({
     orm,
+    records,
     secrets,
     outbound: createOutboundClient({ allowCidrs: ['127.0.0.0/8'], extraCa: tls.caPem, timeoutMs: 2000, maxResponseBytes: 1024 }),
     logger: createLogger('silent'),
@@ -127,13 +129,13 @@ describe('attemptDelivery', () => {
     next = { status: 200 };
     const { ref } = await delivery();
     const before = receiver.requests.length;
-    await new DeliveryRecords({ now: () => NOW }).writeKillSwitch(orm.em.fork(), organizationId, true, 'drill');
+    await records.writeKillSwitch(orm.em.fork(), organizationId, true, 'drill');
     try {
       await expect(env.run(activities.attemptDelivery, ref)).resolves.toEqual({ kind: 'held', sent: 0 });
       expect(await rowOf(ref)).toMatchObject({ status: 'held', attempt_count: 0 });
       expect(receiver.requests.length).toBe(before);
     } finally {
-      await new DeliveryRecords({ now: () => NOW }).writeKillSwitch(orm.em.fork(), organizationId, false, '');
+      await records.writeKillSwitch(orm.em.fork(), organizationId, false, '');
     }
     await expect(env.run(activities.attemptDelivery, ref)).resolves.toEqual({ kind: 'delivered', attempt: 1, status: 200 });
   });

@@ -21,6 +21,7 @@ let proxied: MikroORM;
 let proxy: PgProxy;
 let drop: () => Promise<void>;
 let receiver: HttpsReceiver;
+const records = new DeliveryRecords();
 let activities: DeliveryActivities;
 let organizationId: string;
 let receiverUrl: string;
@@ -44,6 +45,7 @@ beforeAll(async () => {
   receiverUrl = `${receiver.url}/hook`;
   activities = createActivities({
     orm: proxied,
+    records,
     secrets: TEST_SECRETS,
     outbound: createOutboundClient({ allowCidrs: ['127.0.0.0/8'], extraCa: tls.caPem, timeoutMs: 25_000, maxResponseBytes: 1024 }),
     logger: createLogger('silent'),
@@ -60,7 +62,7 @@ afterAll(async () => {
 
 async function newDelivery() {
   const { id } = await endpoint(direct, organizationId, { url: receiverUrl });
-  return recordDelivery(direct, new DeliveryRecords(), organizationId, id);
+  return recordDelivery(direct, records, organizationId, id);
 }
 
 it('aborts the POST when cancelled while the receiver hangs, and counts the attempt it sent', async () => {

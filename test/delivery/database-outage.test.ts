@@ -146,11 +146,12 @@ async function deliver(driver: Driver, fault: Fault, status: number): Promise<Ru
     const onEvent = (event: DeliveryEvent) => {
       if (event === 'attempt_failed' && ++failures === fault.afterFailureRecorded) begin();
     };
-    const attempts = new DeliveryAttempts({ orm: proxied, secrets: TEST_SECRETS, outbound, logger, retryIntervalMs: RETRY_INTERVAL_MS, onEvent });
+    const records = new DeliveryRecords({ retryIntervalMs: RETRY_INTERVAL_MS });
+    const attempts = new DeliveryAttempts({ orm: proxied, records, secrets: TEST_SECRETS, outbound, logger, onEvent });
 
     const organizationId = await organization(direct);
     const { id: endpointId, secret } = await endpoint(direct, organizationId, { url: `${receiver.url}/hook` });
-    const ref = await recordDelivery(direct, new DeliveryRecords(), organizationId, endpointId);
+    const ref = await recordDelivery(direct, records, organizationId, endpointId);
     const failedExecutions = await driver(attempts, ref);
     expect(outage).not.toBeNull();
     await outage;

@@ -47,11 +47,23 @@ async function fresh(options: { disabled?: boolean } = {}): Promise<{ ref: Deliv
   return { ref, organizationId, endpointId };
 }
 
+/** Marks one attempt dispatched: what the engines' group commit writes for a batch of one. */
+async function markDispatched(ref: DeliveryRef, attempt: number, startedAt: Date): Promise<boolean> {
+  const [marked] = await records.markAllDispatched(em(), [{ ref, attempt, startedAt }]);
+  return marked!;
+}
+
+/** Records one attempt's outcome: what the engines' group commit writes for a batch of one. */
+async function recordOutcome(ref: DeliveryRef, attempt: number, startedAt: Date, outcome: { status: number | null; error: string | null }) {
+  const [recorded] = await records.recordOutcomes(em(), [{ ref, attempt, startedAt, ...outcome }]);
+  return recorded!;
+}
+
 /** Begins and dispatches the next attempt; fails the test if the records would not send. */
 async function dispatched(ref: DeliveryRef): Promise<{ attempt: number; startedAt: Date }> {
   const start = await records.beginAttempt(em(), ref);
   if (start.kind !== 'send') throw new Error(`expected send, got ${JSON.stringify(start)}`);
-  expect(await records.markDispatched(em(), ref, start.attempt, start.startedAt)).toBe(true);
+  expect(await markDispatched(ref, start.attempt, start.startedAt)).toBe(true);
   return start;
 }
 
@@ -59,7 +71,7 @@ async function dispatched(ref: DeliveryRef): Promise<{ attempt: number; startedA
 async function failTimes(ref: DeliveryRef, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
     const { attempt, startedAt } = await dispatched(ref);
-    await records.recordOutcome(em(), ref, attempt, startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
+    await recordOutcome(ref, attempt, startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
     clock += RETRY_INTERVAL_MS;
   }
 }
@@ -260,10 +272,10 @@ describe('claimDue', () => {
   });
 });
 
-describe('renewLease and releaseLease', () => {
+describe('renewLease', () => {
   beforeEach(nothingElseDue);
 
-  it('renews and releases for the owner only', async () => {
+  it('renews for the owner only, and no more once the lease was given back', async () => {
     const { ref } = await fresh();
     await claim({ owner: 'a', limit: 10, leaseMs: 15_000, busy: [] });
     clock += 10_000;
@@ -272,9 +284,8 @@ describe('renewLease and releaseLease', () => {
     expect(await records.renewLease(em(), ref.deliveryId, 'a', 15_000)).toBe(true);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ lease_owner: 'a', lease_until: T0 + 25_000 });
 
-    await records.releaseLease(em(), ref.deliveryId, 'b');
-    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ lease_owner: 'a', lease_until: T0 + 25_000 });
-    await records.releaseLease(em(), ref.deliveryId, 'a');
+    // Holding the delivery gives its lease back.
+    await records.hold(em(), ref);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ lease_owner: null, lease_until: null });
     expect(await records.renewLease(em(), ref.deliveryId, 'a', 15_000)).toBe(false);
   });
@@ -302,7 +313,7 @@ describe('beginAttempt', () => {
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ attempt_count: 0 });
     if (first.kind !== 'send') throw new Error('first attempt not sendable');
     // The executor it was taken from may no longer send.
-    expect(await records.markDispatched(em(), ref, 1, first.startedAt)).toBe(false);
+    expect(await markDispatched(ref, 1, first.startedAt)).toBe(false);
   });
 
   it('closes a dispatched attempt that never finished as interrupted, counts it, and waits out its interval', async () => {
@@ -410,7 +421,7 @@ describe('beginAttempt', () => {
   it('leaves a delivered delivery delivered', async () => {
     const { ref } = await fresh();
     const { attempt, startedAt } = await dispatched(ref);
-    await records.recordOutcome(em(), ref, attempt, startedAt, { status: 204, error: null });
+    await recordOutcome(ref, attempt, startedAt, { status: 204, error: null });
     clock += RETRY_INTERVAL_MS;
     expect(await records.beginAttempt(em(), ref)).toEqual({ kind: 'delivered', attempt: 1, status: 204 });
     expect(await storedAttempts(orm, ref.deliveryId)).toHaveLength(1);
@@ -418,17 +429,17 @@ describe('beginAttempt', () => {
   });
 });
 
-describe('markDispatched', () => {
+describe('markAllDispatched, one attempt', () => {
   it('counts the attempt', async () => {
     const { ref } = await fresh();
     const start = await records.beginAttempt(em(), ref);
     if (start.kind !== 'send') throw new Error('not sendable');
     clock += 40;
-    expect(await records.markDispatched(em(), ref, start.attempt, start.startedAt)).toBe(true);
+    expect(await markDispatched(ref, start.attempt, start.startedAt)).toBe(true);
     expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, started_at: T0, dispatched_at: T0 + 40, finished_at: null })]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ attempt_count: 1 });
     // Once only.
-    expect(await records.markDispatched(em(), ref, start.attempt, start.startedAt)).toBe(false);
+    expect(await markDispatched(ref, start.attempt, start.startedAt)).toBe(false);
   });
 
   it('refuses once a kill switch came on after the attempt began', async () => {
@@ -436,7 +447,7 @@ describe('markDispatched', () => {
     const start = await records.beginAttempt(em(), ref);
     if (start.kind !== 'send') throw new Error('not sendable');
     await withKillSwitch(organizationId, async () => {
-      expect(await records.markDispatched(em(), ref, start.attempt, start.startedAt)).toBe(false);
+      expect(await markDispatched(ref, start.attempt, start.startedAt)).toBe(false);
     });
     expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ dispatched_at: null })]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ attempt_count: 0 });
@@ -447,7 +458,7 @@ describe('markDispatched', () => {
     const start = await records.beginAttempt(em(), ref);
     if (start.kind !== 'send') throw new Error('not sendable');
     await records.fail(em(), ref, 'The endpoint is disabled.');
-    expect(await records.markDispatched(em(), ref, start.attempt, start.startedAt)).toBe(false);
+    expect(await markDispatched(ref, start.attempt, start.startedAt)).toBe(false);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'failed', attempt_count: 0 });
   });
 
@@ -457,18 +468,18 @@ describe('markDispatched', () => {
     clock += 1;
     const theirs = await records.beginAttempt(em(), ref);
     if (mine.kind !== 'send' || theirs.kind !== 'send') throw new Error('not sendable');
-    expect(await records.markDispatched(em(), ref, 1, mine.startedAt)).toBe(false);
-    expect(await records.markDispatched(em(), ref, 1, theirs.startedAt)).toBe(true);
+    expect(await markDispatched(ref, 1, mine.startedAt)).toBe(false);
+    expect(await markDispatched(ref, 1, theirs.startedAt)).toBe(true);
   });
 });
 
-describe('recordOutcome', () => {
+describe('recordOutcomes, one attempt', () => {
   it('records a delivery', async () => {
     const { ref } = await fresh();
     await claim({ owner: 'a', limit: 100, leaseMs: 15_000, busy: [] });
     const { attempt, startedAt } = await dispatched(ref);
     clock += 120;
-    expect(await records.recordOutcome(em(), ref, attempt, startedAt, { status: 200, error: null })).toEqual({ kind: 'delivered', sent: 1 });
+    expect(await recordOutcome(ref, attempt, startedAt, { status: 200, error: null })).toEqual({ kind: 'delivered', sent: 1 });
     expect(await storedDelivery(orm, ref.deliveryId)).toEqual({
       status: 'delivered',
       attempt_count: 1,
@@ -486,7 +497,7 @@ describe('recordOutcome', () => {
     const { ref } = await fresh();
     const { attempt, startedAt } = await dispatched(ref);
     clock += 300;
-    expect(await records.recordOutcome(em(), ref, attempt, startedAt, { status: 503, error: 'The endpoint answered HTTP 503.' })).toEqual({
+    expect(await recordOutcome(ref, attempt, startedAt, { status: 503, error: 'The endpoint answered HTTP 503.' })).toEqual({
       kind: 'retrying',
       sent: 1,
       exhausted: false,
@@ -506,7 +517,7 @@ describe('recordOutcome', () => {
     await failTimes(ref, MAX_ATTEMPTS - 1);
     const { attempt, startedAt } = await dispatched(ref);
     expect(attempt).toBe(MAX_ATTEMPTS);
-    expect(await records.recordOutcome(em(), ref, attempt, startedAt, { status: null, error: 'The endpoint refused the connection.' })).toEqual({
+    expect(await recordOutcome(ref, attempt, startedAt, { status: null, error: 'The endpoint refused the connection.' })).toEqual({
       kind: 'retrying',
       sent: MAX_ATTEMPTS,
       exhausted: true,
@@ -524,7 +535,7 @@ describe('recordOutcome', () => {
     const attemptsBefore = await storedAttempts(orm, ref.deliveryId);
     const deliveryBefore = await storedDelivery(orm, ref.deliveryId);
     clock += 50;
-    expect(await records.recordOutcome(em(), ref, slow.attempt, slow.startedAt, { status: 200, error: null })).toEqual({ kind: 'superseded' });
+    expect(await recordOutcome(ref, slow.attempt, slow.startedAt, { status: 200, error: null })).toEqual({ kind: 'superseded' });
     expect(await storedAttempts(orm, ref.deliveryId)).toEqual(attemptsBefore);
     expect(await storedDelivery(orm, ref.deliveryId)).toEqual(deliveryBefore);
   });
@@ -535,7 +546,7 @@ describe('recordOutcome', () => {
     clock += 5000;
     expect(await records.beginAttempt(em(), ref)).toMatchObject({ kind: 'wait', sent: 1 });
     clock += 100;
-    expect(await records.recordOutcome(em(), ref, slow.attempt, slow.startedAt, { status: 200, error: null })).toEqual({ kind: 'delivered', sent: 1 });
+    expect(await recordOutcome(ref, slow.attempt, slow.startedAt, { status: 200, error: null })).toEqual({ kind: 'delivered', sent: 1 });
     expect(await storedAttempts(orm, ref.deliveryId)).toEqual([{ attempt: 1, started_at: T0, dispatched_at: T0, finished_at: T0 + 5100, response_status: 200, error: null }]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'delivered', attempt_count: 1, last_error: null, next_attempt_at: null });
   });
@@ -543,9 +554,9 @@ describe('recordOutcome', () => {
   it('does not record the same attempt twice', async () => {
     const { ref } = await fresh();
     const { attempt, startedAt } = await dispatched(ref);
-    await records.recordOutcome(em(), ref, attempt, startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
+    await recordOutcome(ref, attempt, startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
     clock += 10;
-    expect(await records.recordOutcome(em(), ref, attempt, startedAt, { status: 200, error: null })).toEqual({ kind: 'superseded' });
+    expect(await recordOutcome(ref, attempt, startedAt, { status: 200, error: null })).toEqual({ kind: 'superseded' });
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'retrying', last_response_status: 500 });
   });
 });
@@ -571,7 +582,7 @@ describe('markAllDispatched and recordOutcomes (several deliveries in one statem
   it('records each outcome, delivered or retrying, and supersedes an attempt already closed', async () => {
     const [a, b, c] = [(await fresh()).ref, (await fresh()).ref, (await fresh()).ref];
     const sent = await Promise.all([a!, b!, c!].map(async (ref) => ({ ref, ...(await dispatched(ref)) })));
-    await records.recordOutcome(em(), c!, sent[2]!.attempt, sent[2]!.startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
+    await recordOutcome(c!, sent[2]!.attempt, sent[2]!.startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
     clock += 40;
     expect(
       await records.recordOutcomes(em(), [
@@ -613,7 +624,7 @@ describe('hold and fail', () => {
 
     const { ref: delivered } = await fresh();
     const { attempt, startedAt } = await dispatched(delivered);
-    await records.recordOutcome(em(), delivered, attempt, startedAt, { status: 200, error: null });
+    await recordOutcome(delivered, attempt, startedAt, { status: 200, error: null });
     await records.fail(em(), delivered, 'late');
     await records.hold(em(), delivered);
     expect(await storedDelivery(orm, delivered.deliveryId)).toMatchObject({ status: 'delivered', last_error: null });
@@ -633,7 +644,7 @@ describe('deadLetter', () => {
   it('refuses a delivery that was delivered', async () => {
     const { ref } = await fresh();
     const { attempt, startedAt } = await dispatched(ref);
-    await records.recordOutcome(em(), ref, attempt, startedAt, { status: 200, error: null });
+    await recordOutcome(ref, attempt, startedAt, { status: 200, error: null });
     expect(await records.deadLetter(em(), ref)).toBe(false);
     expect(await storedDeadLetters(orm, ref.deliveryId)).toEqual([]);
   });
@@ -684,11 +695,11 @@ describe('lookup', () => {
     const { ref, organizationId, endpointId } = await fresh();
     const first = await dispatched(ref);
     clock += 250;
-    await records.recordOutcome(em(), ref, first.attempt, first.startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
+    await recordOutcome(ref, first.attempt, first.startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
     clock = T0 + 250 + RETRY_INTERVAL_MS;
     const second = await dispatched(ref);
     clock += 80;
-    await records.recordOutcome(em(), ref, second.attempt, second.startedAt, { status: 200, error: null });
+    await recordOutcome(ref, second.attempt, second.startedAt, { status: 200, error: null });
 
     const byId = await records.lookup(em(), { deliveryId: ref.deliveryId });
     expect(byId).toMatchObject({
@@ -780,7 +791,7 @@ describe('a paused endpoint', () => {
     const start = await records.beginAttempt(em(), ref);
     if (start.kind !== 'send') throw new Error('not sendable');
     await setPaused(endpointId, true);
-    expect(await records.markDispatched(em(), ref, start.attempt, start.startedAt)).toBe(false);
+    expect(await markDispatched(ref, start.attempt, start.startedAt)).toBe(false);
     expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ dispatched_at: null })]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ attempt_count: 0 });
   });

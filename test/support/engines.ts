@@ -62,7 +62,10 @@ export async function startEngineApp(engine: EngineName, env: Record<string, str
     connection,
     taskQueue,
     workflowBundle: await productionWorkflowBundle(),
-    activities: createActivities(activityDepsFromConfig(t.config, { orm: t.orm, logger: createLogger('silent'), now: options.now, onEvent: (event) => events.push(event) })),
+    // One DeliveryRecords per process: this worker runs in the app's, so it uses the app's.
+    activities: createActivities(
+      activityDepsFromConfig(t.config, { orm: t.orm, records: t.app.delivery.records, logger: createLogger('silent'), now: options.now, onEvent: (event) => events.push(event) }),
+    ),
   });
   const running = worker.run();
   const client = new Client({ connection: await Connection.connect({ address }) });
