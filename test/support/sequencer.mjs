@@ -7,6 +7,11 @@ import Sequencer from '@jest/test-sequencer';
  * start near the end and run alone; started first, they overlap the many short suites.
  */
 const LONGEST_FIRST = [
+  // The contract's real 30 s x 8 on each engine: 212 s each of mostly waiting, the floor of the run.
+  'test/delivery/contract-timing.temporal.test.ts',
+  'test/delivery/contract-timing.embedded.test.ts',
+  'test/delivery/engine-contract.test.ts',
+  'test/delivery/temporal-live.test.ts',
   'test/robustness/hostile-grpc.test.ts',
   'test/robustness/hostile-rest.test.ts',
   'test/db/embedded.test.ts',
