@@ -1,4 +1,4 @@
-import { sql, type Expression, type ExpressionBuilder, type QueryCreator, type RawBuilder } from 'kysely';
+import { sql, type ExpressionBuilder, type QueryCreator, type RawBuilder } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import { epochMs, statementPart, type DeliveryStatus, type WebhookDeliverySchema } from '../db';
 import type { EventDelivery } from './records';
@@ -15,6 +15,8 @@ import type { EventDelivery } from './records';
  * pending and due at once, any other failed with its `refusal`, so none is silently dropped.
  */
 export interface FanOutRow {
+  /** The new delivery's id (gen_random_uuid() in the caller's CTE, which the statement reads twice and so materializes once). */
+  id: string;
   organization_id: string;
   endpoint_id: string;
   event_id: string;
@@ -58,7 +60,7 @@ export const fanOutInsert = statementPart((qc: QueryCreator<Tables>, now: Date) 
       eb
         .selectFrom('fan_out as s')
         .select((s) => [
-          sql<string>`gen_random_uuid()`.as('id'),
+          's.id',
           's.organization_id',
           's.endpoint_id',
           's.event_id',
@@ -118,22 +120,26 @@ const DELIVERED_FIELDS = [
 const everyField: Exclude<keyof DeliveredRow, (typeof DELIVERED_FIELDS)[number]> extends never ? true : never = true;
 void everyField;
 
-/** A recorded delivery in a statement's JSON answer: DELIVERED_FIELDS' values, then its endpoint's URL (deliveredOf reads it). */
+/** A recorded delivery in a statement's JSON answer: DELIVERED_FIELDS' values (deliveredOf reads it). */
 export type DeliveredJson = unknown[];
 
 /**
- * A delivery fanOutInsert returned, from the caller's CTE `delivered`, with its endpoint's
- * URL, as a JSON array for the caller's json_agg: the answer is read from the rows as stored.
+ * A delivery fanOutInsert returned, from the caller's CTE `delivered`, as a JSON array for
+ * the caller's json_agg: the answer is read from the rows as stored. (The caller pairs each
+ * with its endpoint's URL by id rather than joining `delivered` back to its source in SQL:
+ * PostgreSQL knows neither CTE's size and planned that join as a nested loop, 100 × 100 rows
+ * for a publish to 100 endpoints.)
  */
-export function deliveredJson<DB extends { delivered: DeliveredRow }>(eb: ExpressionBuilder<DB, 'delivered'>, url: Expression<string>): RawBuilder<DeliveredJson> {
+export function deliveredJson<DB extends { delivered: DeliveredRow }>(eb: ExpressionBuilder<DB, 'delivered'>): RawBuilder<DeliveredJson> {
   const d = eb as unknown as ExpressionBuilder<{ delivered: DeliveredRow }, 'delivered'>;
-  return sql<DeliveredJson>`json_build_array(${sql.join([...DELIVERED_FIELDS.map((field) => d.ref(`delivered.${field}`)), url])})`;
+  return sql<DeliveredJson>`json_build_array(${sql.join(DELIVERED_FIELDS.map((field) => d.ref(`delivered.${field}`)))})`;
 }
 
-/** A delivery of deliveredJson's array. */
-export function deliveredOf(values: DeliveredJson): EventDelivery {
-  const delivery: Record<string, unknown> = { endpointUrl: values[DELIVERED_FIELDS.length] };
+/** A delivery of deliveredJson's array, with its endpoint's URL. */
+export function deliveredOf(values: DeliveredJson, endpointUrl: string): EventDelivery {
+  const delivery: Record<string, unknown> = {};
   DELIVERED_FIELDS.forEach((field, i) => (delivery[field] = values[i]));
+  delivery.endpointUrl = endpointUrl;
   return delivery as unknown as EventDelivery;
 }
 

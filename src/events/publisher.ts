@@ -239,7 +239,7 @@ export class EventPublisher {
       return {
         organizations: new Set((row!.organizations ?? []).map(([id]) => id)),
         recorded: new Map(recorded.map((event) => [keyOf(event), event])),
-        deliveries: (row!.deliveries ?? []).map(deliveredOf),
+        deliveries: inOrder(row!.deliveries ?? [], row!.urls ?? []),
       };
     }
   }
@@ -271,6 +271,12 @@ const keyOf = (event: { organizationId: string; eventId: string }) => `${event.o
 
 function uniqueEvents(events: { organizationId: string; eventId: string }[]): { organizationId: string; eventId: string }[] {
   return [...new Map(events.map((e) => [keyOf(e), { organizationId: e.organizationId, eventId: e.eventId }])).values()];
+}
+
+/** The recorded deliveries in the order of `urls` (the fan-out's), each with its endpoint's URL. */
+function inOrder(deliveries: DeliveredJson[], urls: [string, string][]): EventDelivery[] {
+  const byId = new Map(deliveries.map((values) => [values[0] as string, values]));
+  return urls.map(([id, url]) => deliveredOf(byId.get(id)!, url));
 }
 
 function groupByEvent(deliveries: EventDelivery[]): Map<string, EventDelivery[]> {
@@ -340,8 +346,10 @@ interface PublishRow {
   organizations: [string, boolean][] | null;
   /** Each event recorded now, as stored: [organization id, event id, type, publisher, skipped reason, occurred at, recorded at (epoch ms)]. */
   recorded: [string, string, string, string, string | null, number, number][] | null;
-  /** Each delivery recorded, as stored (deliveredJson), each event's in order, oldest endpoint first. */
+  /** Each delivery recorded, as stored (deliveredJson), in no order. */
   deliveries: DeliveredJson[] | null;
+  /** [id, endpoint URL] of each delivery recorded, each event's in order, oldest endpoint first. */
+  urls: [string, string][] | null;
 }
 
 /**
@@ -442,7 +450,8 @@ const publishStatement = new CompiledStatement(
         w
           .selectFrom('granted as g')
           .innerJoin('input as v', 'v.i', 'g.i')
-          .select(['g.organization_id', 'g.endpoint_id', 'g.url', 'g.i', 'g.n', 'g.sendable', 'g.refusal', 'v.event_id', 'v.event_type', 'v.body', 'v.workflow_head', 'v.workflow_tail']),
+          .select(['g.organization_id', 'g.endpoint_id', 'g.url', 'g.i', 'g.n', 'g.sendable', 'g.refusal', 'v.event_id', 'v.event_type', 'v.body', 'v.workflow_head', 'v.workflow_tail'])
+          .select(sql<string>`gen_random_uuid()`.as('id')),
       )
       .with('delivered', (w) => fanOutInsert(w, p.now))
       .selectNoFrom((eb) => [
@@ -466,9 +475,12 @@ const publishStatement = new CompiledStatement(
           .as('recorded'),
         eb
           .selectFrom('delivered')
-          .innerJoin('fan_out as f', (join) => join.onRef('f.endpoint_id', '=', 'delivered.endpointId').onRef('f.event_id', '=', 'delivered.eventId'))
-          .select((s) => sql<PublishRow['deliveries']>`json_agg(${deliveredJson(s, s.ref('f.url'))} order by ${s.ref('f.i')}, ${s.ref('f.n')})`.as('deliveries'))
+          .select((s) => sql<PublishRow['deliveries']>`json_agg(${deliveredJson(s)})`.as('deliveries'))
           .as('deliveries'),
+        eb
+          .selectFrom('fan_out as f')
+          .select((s) => sql<PublishRow['urls']>`json_agg(json_build_array(${s.ref('f.id')}, ${s.ref('f.url')}) order by ${s.ref('f.i')}, ${s.ref('f.n')})`.as('urls'))
+          .as('urls'),
       ]);
   },
   { prepare: true },

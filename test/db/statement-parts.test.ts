@@ -25,7 +25,7 @@ function wired() {
       w
         .selectFrom('granted as g')
         .select(['g.organization_id', 'g.endpoint_id', 'g.sendable', 'g.refusal'])
-        .select([sql<string>`'e'`.as('event_id'), sql<string>`'t'`.as('event_type'), sql<string>`'{}'`.as('body'), sql<string>`'h'`.as('workflow_head'), sql<string>`'t'`.as('workflow_tail')]),
+        .select([sql<string>`gen_random_uuid()`.as('id'), sql<string>`'e'`.as('event_id'), sql<string>`'t'`.as('event_type'), sql<string>`'{}'`.as('body'), sql<string>`'h'`.as('workflow_head'), sql<string>`'t'`.as('workflow_tail')]),
     )
     .with('delivered', (w) => fanOutInsert(w, new Date(0)))
     .selectFrom('delivered')
@@ -54,6 +54,7 @@ export function miswired() {
   // The deliveries' insert reads `fan_out` with a refusal of type text.
   const wrongType = k.with('fan_out', (w) =>
     w.selectNoFrom([
+      sql<string>`gen_random_uuid()`.as('id'),
       sql<string>`o`.as('organization_id'),
       sql<string>`e`.as('endpoint_id'),
       sql<string>`v`.as('event_id'),
