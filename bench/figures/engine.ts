@@ -50,6 +50,8 @@ let engineRunNumber = 0;
 
 /** Inserts n pending deliveries, round-robin over `endpointIds`, and waits until the engine has delivered all of them. */
 async function engineRun(ctx: Context, n: number, tenant: Tenant, endpointIds: string[]): Promise<Omit<Segment, 'cpuSeconds'>> {
+  // Statistics as a table in use has them (autovacuum would analyze it within a minute), on both sides: see durable-loop.ts.
+  await ctx.pool.query('analyze webhook_deliveries');
   const insertedAt = new Date();
   await insertPending(ctx.pool, 'webhook_deliveries', tenant.organizationId, endpointIds, `evt_bench${++engineRunNumber}_`, insertedAt, n);
   const t0 = Date.now();
