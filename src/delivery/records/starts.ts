@@ -1,4 +1,4 @@
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type QueryCreator } from 'kysely';
 import { CompiledStatement, epochMs, type EntityManager, type SignatureScheme } from '../../db';
 import { MAX_ATTEMPTS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
@@ -181,22 +181,8 @@ async function beginAttemptInTransaction(em: EntityManager, schedule: Schedule, 
   return em.transactional(async (tx) => {
     const k = db(tx);
     const now = new Date(schedule.now());
-    const row = await k
-      .selectFrom('webhook_deliveries as d')
-      .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
-      .select([
-        'd.status',
-        'd.series',
-        'd.attempt_count',
-        'd.last_response_status',
-        'd.payload',
-        'e.id as endpoint_id',
-        'e.url',
-        'e.disabled_at',
-        'e.secret_key_id',
-        'e.secret_ciphertext',
-        ...SIGNING_COLUMNS,
-      ])
+    const row = await attemptSource(k)
+      .select('e.disabled_at')
       .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id')).as('stopped'))
       .where('d.id', '=', ref.deliveryId)
       .where('d.organization_id', '=', ref.organizationId)
@@ -299,6 +285,28 @@ interface BeginParams {
 }
 
 /**
+ * A delivery with its endpoint (none when it no longer exists) and the columns an attempt
+ * starts from: what the one-statement begin and the takeover transaction both read.
+ */
+function attemptSource(qc: QueryCreator<Tables>) {
+  return qc
+    .selectFrom('webhook_deliveries as d')
+    .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
+    .select([
+      'd.status',
+      'd.series',
+      'd.attempt_count',
+      'd.last_response_status',
+      'd.payload',
+      'e.id as endpoint_id',
+      'e.url',
+      'e.secret_key_id',
+      'e.secret_ciphertext',
+      ...SIGNING_COLUMNS,
+    ]);
+}
+
+/**
  * The statement behind beginAttempt (`claim` false: one delivery by reference) and claimDue:
  * locks the delivery rows, decides for each what its attempt may do, and writes what it
  * decided: failed, held, or the attempt's row (and a claim's lease).
@@ -306,25 +314,8 @@ interface BeginParams {
 function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
   return k
     .with('locked', (w) =>
-      w
-        .selectFrom('webhook_deliveries as d')
-        .leftJoin('webhook_endpoints as e', (join) => join.onRef('e.id', '=', 'd.endpoint_id').onRef('e.organization_id', '=', 'd.organization_id'))
-        .select([
-          'd.id',
-          'd.organization_id',
-          'd.endpoint_id as delivery_endpoint_id',
-          'd.event_id',
-          'd.status',
-          'd.series',
-          'd.attempt_count',
-          'd.last_response_status',
-          'd.payload',
-          'e.id as endpoint_id',
-          'e.url',
-          'e.secret_key_id',
-          'e.secret_ciphertext',
-          ...SIGNING_COLUMNS,
-        ])
+      attemptSource(w)
+        .select(['d.id', 'd.organization_id', 'd.endpoint_id as delivery_endpoint_id', 'd.event_id'])
         .select((eb) =>
           sql<AttemptDecision>`case
             when d.status in ('delivered', 'failed', 'dead_lettered') then d.status::text
