@@ -454,27 +454,25 @@ interface TemporalUi {
 
 /** The Temporal UI the deliveries' workflows are watched in, when TEMPORAL_UI_URL names one. */
 function temporalUi(env: NodeJS.ProcessEnv): TemporalUi | null {
-  const raw = env.TEMPORAL_UI_URL;
-  if (!raw) return null;
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new UsageError(`TEMPORAL_UI_URL must be an http(s) URL, got "${raw}"`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError(`TEMPORAL_UI_URL must be an http(s) URL, got "${raw}"`);
-  return { url: raw.replace(/\/+$/, ''), namespace: env.TEMPORAL_NAMESPACE || 'default' };
+  const url = httpUrlOf(env, 'TEMPORAL_UI_URL');
+  return url === null ? null : { url, namespace: env.TEMPORAL_NAMESPACE || 'default' };
 }
 
 function operatorUrl(env: NodeJS.ProcessEnv): string {
-  const raw = env.OPERATOR_URL || DEFAULT_URL;
-  let url: URL;
+  return httpUrlOf(env, 'OPERATOR_URL') ?? DEFAULT_URL;
+}
+
+/** The http(s) URL in the environment variable `name`, without trailing slashes; null when unset. */
+function httpUrlOf(env: NodeJS.ProcessEnv, name: string): string | null {
+  const raw = env[name];
+  if (!raw) return null;
+  let protocol: string;
   try {
-    url = new URL(raw);
+    protocol = new URL(raw).protocol;
   } catch {
-    throw new UsageError(`OPERATOR_URL must be an http(s) URL, got "${raw}"`);
+    protocol = '';
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError(`OPERATOR_URL must be an http(s) URL, got "${raw}"`);
+  if (protocol !== 'http:' && protocol !== 'https:') throw new UsageError(`${name} must be an http(s) URL, got "${raw}"`);
   return raw.replace(/\/+$/, '');
 }
 

@@ -27,6 +27,7 @@ import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_s
 import { startTestApp, type TestApp } from '../support/app';
 import { transport, type TransportName } from '../support/clients';
 import { connectSandboxAccount } from '../support/connections';
+import { envelope as frame } from '../support/frames';
 import {
   auditEventsSince,
   auditHighWater,
@@ -459,13 +460,6 @@ interface Outcome {
 
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 
-function envelopeOf(flags: number, payload: Uint8Array, declared = payload.length): Buffer {
-  const header = Buffer.alloc(5);
-  header.writeUInt8(flags, 0);
-  header.writeUInt32BE(declared, 1);
-  return Buffer.concat([header, payload]);
-}
-
 /**
  * The request body and extra headers for an envelope variant. An unknown encoding, a
  * missing, second or cut message are protocol errors connect-es reports as Unimplemented
@@ -474,21 +468,21 @@ function envelopeOf(flags: number, payload: Uint8Array, declared = payload.lengt
 function envelopeBody(kind: Envelope, payload: Uint8Array, bytes: number[]): { body: Buffer; headers: Record<string, string> } {
   switch (kind) {
     case 'one':
-      return { body: envelopeOf(0, payload), headers: {} };
+      return { body: frame(payload), headers: {} };
     case 'gzip':
-      return { body: envelopeOf(1, gzipSync(payload)), headers: { 'grpc-encoding': 'gzip' } };
+      return { body: frame(gzipSync(payload), 1), headers: { 'grpc-encoding': 'gzip' } };
     case 'unknown-encoding':
-      return { body: envelopeOf(0, payload), headers: { 'grpc-encoding': 'snappy' } };
+      return { body: frame(payload), headers: { 'grpc-encoding': 'snappy' } };
     case 'none':
       return { body: Buffer.alloc(0), headers: {} };
     case 'two':
-      return { body: Buffer.concat([envelopeOf(0, payload), envelopeOf(0, payload)]), headers: {} };
+      return { body: Buffer.concat([frame(payload), frame(payload)]), headers: {} };
     case 'short':
-      return { body: envelopeOf(0, payload, payload.length + 1 + (bytes[0] ?? 0)), headers: {} };
+      return { body: frame(payload, 0, payload.length + 1 + (bytes[0] ?? 0)), headers: {} };
     case 'trailing-bytes':
-      return { body: Buffer.concat([envelopeOf(0, payload), Buffer.from(bytes.slice(0, 4))]), headers: {} };
+      return { body: Buffer.concat([frame(payload), Buffer.from(bytes.slice(0, 4))]), headers: {} };
     case 'declared-oversize':
-      return { body: envelopeOf(0, Buffer.from(bytes), 1_048_577 + (bytes[0] ?? 0) * 1_000_000), headers: {} };
+      return { body: frame(Buffer.from(bytes), 0, 1_048_577 + (bytes[0] ?? 0) * 1_000_000), headers: {} };
   }
 }
 
@@ -985,13 +979,13 @@ it('refuses a binary body it cannot decode (bad protobuf, compressed flag withou
     let answer: string;
     if (protocol === 'grpc') {
       const own = http2.connect(t.url).on('error', () => undefined);
-      const response = await rawH2(own, { ':method': 'POST', ':path': pathOf(method), 'content-type': 'application/grpc', te: 'trailers', authorization: `Bearer ${keys.noScopes}`, ...encoding }, envelopeOf(flagged, payload));
+      const response = await rawH2(own, { ':method': 'POST', ':path': pathOf(method), 'content-type': 'application/grpc', te: 'trailers', authorization: `Bearer ${keys.noScopes}`, ...encoding }, frame(payload, flagged));
       own.close();
       const status = grpcStatusOf({ ...response.headers, ...response.trailers } as Record<string, string>);
       answer = status === null || status === 'missing' ? String(status) : `${Code[status.code]} ${status.info?.reason ?? ''}`;
     } else if (protocol === 'grpc-web') {
       const headers: [string, string][] = [['Content-Type', 'application/grpc-web+proto'], ['Authorization', `Bearer ${keys.noScopes}`], ...Object.entries(encoding)];
-      const response = await rawHttp1(t.url, http1Request('POST', pathOf(method), headers, envelopeOf(flagged, payload)));
+      const response = await rawHttp1(t.url, http1Request('POST', pathOf(method), headers, frame(payload, flagged)));
       const flat = Object.fromEntries(Object.entries(response.headers).map(([n, v]) => [n, v[0] ?? '']));
       const status = grpcStatusOf({ ...flat, ...trailersFromGrpcWebBody(response.body) });
       answer = status === null || status === 'missing' ? String(status) : `${Code[status.code]} ${status.info?.reason ?? ''}`;
@@ -1039,12 +1033,12 @@ it('refuses a string field that is not UTF-8 with INVALID_UTF8 on every RPC prot
     let answer: string;
     if (protocol === 'grpc') {
       const own = http2.connect(t.url).on('error', () => undefined);
-      const response = await rawH2(own, { ':method': 'POST', ':path': pathOf(method), 'content-type': `application/grpc+${encoding}`, te: 'trailers', authorization }, envelopeOf(0, body));
+      const response = await rawH2(own, { ':method': 'POST', ':path': pathOf(method), 'content-type': `application/grpc+${encoding}`, te: 'trailers', authorization }, frame(body));
       own.close();
       const status = grpcStatusOf({ ...response.headers, ...response.trailers } as Record<string, string>);
       answer = status === null || status === 'missing' ? String(status) : `${Code[status.code]} ${status.info?.reason ?? ''}`;
     } else if (protocol === 'grpc-web') {
-      const response = await rawHttp1(t.url, http1Request('POST', pathOf(method), [['Content-Type', `application/grpc-web+${encoding}`], ['Authorization', authorization]], envelopeOf(0, body)));
+      const response = await rawHttp1(t.url, http1Request('POST', pathOf(method), [['Content-Type', `application/grpc-web+${encoding}`], ['Authorization', authorization]], frame(body)));
       const flat = Object.fromEntries(Object.entries(response.headers).map(([n, v]) => [n, v[0] ?? '']));
       const status = grpcStatusOf({ ...flat, ...trailersFromGrpcWebBody(response.body) });
       answer = status === null || status === 'missing' ? String(status) : `${Code[status.code]} ${status.info?.reason ?? ''}`;

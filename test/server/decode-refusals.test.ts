@@ -11,6 +11,7 @@ import { createLogger } from '../../src/config';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { errorInfoFromConnectJson, grpcStatusOf, http1Request, rawH2, rawHttp1 } from '../robustness/support';
+import { envelope, grpcWebTrailers } from '../support/frames';
 
 let t: TestApp;
 let tenant: Tenant;
@@ -33,26 +34,6 @@ afterAll(async () => {
 const CONFIRM = `/${ConnectionService.typeName}/ConfirmConnection`;
 /** Field 0 does not exist: "parse binary: illegal tag: field no 0 wire type 0". */
 const UNDECODABLE = Buffer.from([0x00, 0x00, 0x07]);
-
-function envelope(payload: Buffer, flags = 0): Buffer {
-  const head = Buffer.alloc(5);
-  head.writeUInt8(flags, 0);
-  head.writeUInt32BE(payload.length, 1);
-  return Buffer.concat([head, payload]);
-}
-
-function grpcWebTrailers(body: Buffer): Record<string, string> {
-  const fields: Record<string, string> = {};
-  for (let offset = 0; offset + 5 <= body.length; offset += 5 + body.readUInt32BE(offset + 1)) {
-    if (!(body.readUInt8(offset) & 0x80)) continue;
-    const text = body.subarray(offset + 5, offset + 5 + body.readUInt32BE(offset + 1)).toString('utf8');
-    for (const line of text.split('\r\n')) {
-      const colon = line.indexOf(':');
-      if (colon > 0) fields[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
-    }
-  }
-  return fields;
-}
 
 type Answer = { code: string; reason: string | undefined; requestId: string | undefined; message: string };
 

@@ -10,6 +10,7 @@ import { CreateWebhookRequestSchema } from '../../src/gen/publishing/v1/webhook_
 import { PublishEventRequestSchema } from '../../src/gen/publishing/internal/v1/event_service_pb';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { errorInfoFromConnectJson, grpcStatusOf, http1Request, rawH2, rawHttp1 } from '../robustness/support';
+import { envelope, grpcWebTrailers } from '../support/frames';
 
 const INTERNAL_TOKEN = 'utf8-test-token-0123456789abcdef0123456789';
 /** Stands in for the invalid bytes while a body is built, then is replaced by them (same length, so protobuf lengths hold). */
@@ -36,25 +37,6 @@ function withInvalidBytes(bytes: Uint8Array): Buffer {
 
 const jsonWithInvalid = (value: unknown) => withInvalidBytes(Buffer.from(JSON.stringify(value)));
 const protoWithInvalid = <D extends DescMessage>(schema: D, init: MessageInitShape<D>) => withInvalidBytes(toBinary(schema, create(schema, init)));
-
-function envelope(payload: Buffer): Buffer {
-  const head = Buffer.alloc(5);
-  head.writeUInt32BE(payload.length, 1);
-  return Buffer.concat([head, payload]);
-}
-
-/** The trailer frame (flag 0x80) of a gRPC-web response body, as header fields. */
-function grpcWebTrailers(body: Buffer): Record<string, string> {
-  const fields: Record<string, string> = {};
-  for (let offset = 0; offset + 5 <= body.length; offset += 5 + body.readUInt32BE(offset + 1)) {
-    if (!(body.readUInt8(offset) & 0x80)) continue;
-    for (const line of body.subarray(offset + 5, offset + 5 + body.readUInt32BE(offset + 1)).toString('utf8').split('\r\n')) {
-      const colon = line.indexOf(':');
-      if (colon > 0) fields[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
-    }
-  }
-  return fields;
-}
 
 type Protocol = 'connect+json' | 'connect+proto' | 'grpc+proto' | 'grpc+json' | 'grpc-web+proto' | 'grpc-web+json';
 const PROTOCOLS: Protocol[] = ['connect+json', 'connect+proto', 'grpc+proto', 'grpc+json', 'grpc-web+proto', 'grpc-web+json'];
