@@ -1,5 +1,5 @@
 import { create, type JsonObject } from '@bufbuild/protobuf';
-import { timestampDate, timestampFromDate, timestampFromMs, type Timestamp } from '@bufbuild/protobuf/wkt';
+import { timestampFromDate, timestampFromMs, type Timestamp } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import {
   AuditEventSchema,
@@ -24,7 +24,7 @@ import { appendAuditEvent, queryAuditEvents } from '../audit';
 import { setMonthlyDeliveryQuota } from '../auth';
 import { OrganizationSchema, WebhookEndpointSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
 import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState, type ListedDelivery } from '../delivery';
-import { recoverAnswerMessage, recoveryMessage, type AuditedChange, type DeliveryRecovery } from '../recovery';
+import { recoverAnswerMessage, recoveryMessage, windowInstant, type AuditedChange, type DeliveryRecovery } from '../recovery';
 import { organizationEndpoint } from '../webhooks';
 import type { EventPublisher } from '../events';
 import type { Logger } from '../config';
@@ -93,8 +93,8 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     const rows = await queryAuditEvents(em, {
       organizationId: req.organizationId || undefined,
       action: req.action || undefined,
-      since: dateOf(req.since),
-      until: dateOf(req.until),
+      since: dateOf(req.since, 'since'),
+      until: dateOf(req.until, 'until'),
       beforeId: cursor?.id,
       limit: limit + 1,
     });
@@ -129,8 +129,8 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     const rows = await this.deps.deliveries.listDeadLetters(em, {
       organizationId: req.organizationId || undefined,
       endpointId: req.endpointId || undefined,
-      since: dateOf(req.since),
-      until: dateOf(req.until),
+      since: dateOf(req.since, 'since'),
+      until: dateOf(req.until, 'until'),
       before: cursor ? { at: new Date(cursor.at), deliveryId: cursor.id } : undefined,
       limit: limit + 1,
     });
@@ -180,15 +180,16 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     const em = entityManagerOf(ctx);
     const endpoint = isUuid(req.endpointId) ? await em.findOne(WebhookEndpointSchema, { id: req.endpointId }) : null;
     if (!endpoint) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${req.endpointId.slice(0, 64)}.`);
-    const since = dateOf(req.since);
+    const since = windowInstant(req.since, 'since');
+    const until = windowInstant(req.until, 'until');
     const answer = await this.deps.recovery.request(
       em,
-      { organizationId: endpoint.organizationId, endpoint, since, until: dateOf(req.until), dryRun: req.dryRun, requestedBy: 'operator' },
+      { organizationId: endpoint.organizationId, endpoint, since, until, dryRun: req.dryRun, requestedBy: 'operator' },
       this.audited(ctx, {
         organizationId: endpoint.organizationId,
         action: 'operator.webhook.recover',
         targetId: endpoint.id,
-        details: { since: since?.toISOString() ?? null, until: dateOf(req.until)?.toISOString() ?? null },
+        details: { since: since?.toISOString() ?? null, until: until?.toISOString() ?? null },
       }),
     );
     const message = recoverAnswerMessage(answer);
@@ -255,8 +256,9 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
   }
 }
 
-function dateOf(timestamp: Timestamp | undefined): Date | undefined {
-  return timestamp ? timestampDate(timestamp) : undefined;
+/** A filter's bound: INVALID_ARGUMENT for a Timestamp no date or PostgreSQL can hold. */
+function dateOf(timestamp: Timestamp | undefined, name: string): Date | undefined {
+  return windowInstant(timestamp, name, 'INVALID_ARGUMENT');
 }
 
 function killSwitchMessage(state: KillSwitchState) {

@@ -10,4 +10,4 @@ export {
   type RecoveryAnswer,
   type RecoveryView,
 } from './recovery';
-export { DeliveryLogServiceImpl, attemptMessage, recoveryMessage, recoverAnswerMessage, type DeliveryLogMethods } from './service';
+export { DeliveryLogServiceImpl, attemptMessage, recoveryMessage, recoverAnswerMessage, windowInstant, type DeliveryLogMethods } from './service';

@@ -124,8 +124,9 @@ export class DeliveryRecovery {
       throw apiError('PLAN_EXCLUDES_WEBHOOKS', `The ${organization.plan} plan does not include webhook deliveries.`, { metadata: { plan: organization.plan } });
     }
     const window = { organizationId, endpointId: endpoint.id, since, until };
+    // A dry run writes nothing but its audit event: who looked, at which window.
+    if (request.dryRun) return { dryRun: true, found: await audited(em, (tx) => this.deps.records.countInWindow(tx, window, RECOVERABLE_STATUSES)) };
     const found = await this.deps.records.countInWindow(em, window, RECOVERABLE_STATUSES);
-    if (request.dryRun) return { dryRun: true, found };
 
     const at = new Date(now);
     const answer = await audited(em, async (tx) => {

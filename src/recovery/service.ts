@@ -131,11 +131,24 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
   }
 }
 
-/** An RFC 3339 filter bound; anything else is DELIVERY_FILTER_INVALID. */
+const RFC_3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i;
+
+/**
+ * An RFC 3339 filter bound, with its offset; anything else is DELIVERY_FILTER_INVALID, never
+ * read another way (a date without an offset in the server's time zone, 02-31 as 03-03).
+ */
 function instantOf(value: string, name: string): Date | undefined {
   if (!value) return undefined;
-  const ms = /^\d{4}-\d{2}-\d{2}T/.test(value) ? Date.parse(value) : Number.NaN;
-  if (Number.isNaN(ms)) throw apiError('DELIVERY_FILTER_INVALID', `${name} must be an RFC 3339 instant, as 2026-11-26T09:00:00Z.`);
+  const refuse = () => apiError('DELIVERY_FILTER_INVALID', `${name} must be an RFC 3339 instant, as 2026-11-26T09:00:00Z.`);
+  const parts = RFC_3339.exec(value);
+  if (!parts) throw refuse();
+  const [year, month, day, hour, minute, second] = parts.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const calendar = new Date(Date.UTC(year, month - 1, day, hour, minute, second));
+  if (calendar.getUTCMonth() !== month - 1 || calendar.getUTCDate() !== day || calendar.getUTCHours() !== hour || calendar.getUTCMinutes() !== minute || calendar.getUTCSeconds() !== second) {
+    throw refuse();
+  }
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms)) throw refuse();
   return new Date(ms);
 }
 
@@ -182,13 +195,14 @@ export function recoverAnswerMessage(answer: RecoveryAnswer): RecoverWebhookDeli
 }
 
 /**
- * A window's bound as a date, refused when it is no time a date or PostgreSQL can hold
- * (a Timestamp's seconds may be anything a 64-bit integer holds): the years 1 to 9999.
+ * A window's (or filter's) bound as a date, refused with `code` when it is no time a date or
+ * PostgreSQL can hold (a Timestamp's seconds may be anything a 64-bit integer holds): the
+ * years 1 to 9999.
  */
-function windowInstant(timestamp: Timestamp | undefined, name: 'since' | 'until'): Date | undefined {
+export function windowInstant(timestamp: Timestamp | undefined, name: string, code: 'RECOVERY_WINDOW_INVALID' | 'INVALID_ARGUMENT' = 'RECOVERY_WINDOW_INVALID'): Date | undefined {
   if (!timestamp) return undefined;
   const date = timestampDate(timestamp);
   const year = date.getUTCFullYear();
-  if (Number.isNaN(date.getTime()) || year < 1 || year > 9999) throw apiError('RECOVERY_WINDOW_INVALID', `${name} must be a time between the years 1 and 9999.`);
+  if (Number.isNaN(date.getTime()) || year < 1 || year > 9999) throw apiError(code, `${name} must be a time between the years 1 and 9999.`);
   return date;
 }

@@ -142,3 +142,30 @@ it('answers DELIVERY_LOOKUP_INVALID unless given a delivery id, or an endpoint i
   expect(await refusal({ eventId: 'evt_x' })).toEqual(invalid);
   expect(await refusal({ deliveryId: randomUUID(), endpointId: randomUUID(), eventId: 'evt_x' })).toEqual(invalid);
 });
+
+it('refuses a recovery window or a filter bound no date can hold with a code, and audits a dry run', async () => {
+  const { id: endpointId } = await endpointFor(() => ({ status: 200 }));
+  const refusedWith = (call: Promise<unknown>) =>
+    call.then(
+      () => null,
+      (e: unknown) => {
+        const error = ConnectError.from(e);
+        return { code: error.code, reason: errorInfoOf(error)?.code };
+      },
+    );
+  const farFuture = { seconds: 10n ** 15n, nanos: 0 };
+  const beforeYearOne = { seconds: -300_000_000_000n, nanos: 0 };
+  const window = { code: Code.InvalidArgument, reason: 'RECOVERY_WINDOW_INVALID' };
+  expect(await refusedWith(operator().recoverDeliveries({ endpointId, since: farFuture }))).toEqual(window);
+  expect(await refusedWith(operator().recoverDeliveries({ endpointId, since: beforeYearOne, until: { seconds: beforeYearOne.seconds + 3600n, nanos: 0 } }))).toEqual(window);
+  const filter = { code: Code.InvalidArgument, reason: 'INVALID_ARGUMENT' };
+  expect(await refusedWith(operator().listDeadLetters({ since: farFuture }))).toEqual(filter);
+  expect(await refusedWith(operator().queryAuditEvents({ until: beforeYearOne }))).toEqual(filter);
+  expect(await t.orm.em.fork().execute('select 1 from recovery_jobs where endpoint_id = ?', [endpointId])).toEqual([]);
+
+  const since = { seconds: BigInt(Math.floor(Date.now() / 1000) - 3600), nanos: 0 };
+  expect(await operator().recoverDeliveries({ endpointId, since, dryRun: true })).toMatchObject({ dryRun: true, found: 0 });
+  expect(await t.orm.em.fork().execute('select outcome, target_id from audit_events where action = ? and target_id = ?', ['operator.webhook.recover', endpointId])).toEqual([
+    { outcome: 'succeeded', target_id: endpointId },
+  ]);
+});

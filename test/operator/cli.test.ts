@@ -420,7 +420,9 @@ describe('resend, recover and recovery', () => {
     expect(await operatorJson('recover', '--endpoint', endpointId, '--since', since)).toMatchObject({ id: asked.id, replayed: true });
     const [series] = await rows<{ series: number }>('select series from webhook_deliveries where id = ?', [deliveryId]);
     expect(series).toEqual({ series: 2 });
+    // The dry run, the recovery and its replay: each audited (README "When your endpoint was down").
     expect(await rows('select outcome, target_id from audit_events where organization_id = ? and action = ?', [tenant.organizationId, 'operator.webhook.recover'])).toEqual([
+      { outcome: 'succeeded', target_id: endpointId },
       { outcome: 'succeeded', target_id: endpointId },
       { outcome: 'succeeded', target_id: endpointId },
     ]);

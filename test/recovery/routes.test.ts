@@ -159,6 +159,11 @@ describe.each([rest, grpc])('over $name', (transport) => {
     const endpointId = await createEndpoint(tenant.apiKey);
     expectRefused(await transport.call(tenant.apiKey, 'listWebhookDeliveries', { id: endpointId, status: ['lost'] }), 'DELIVERY_FILTER_INVALID', transport);
     expectRefused(await transport.call(tenant.apiKey, 'listWebhookDeliveries', { id: endpointId, since: 'yesterday' }), 'DELIVERY_FILTER_INVALID', transport);
+    // Taken as sent or refused: no day 31 of February read as March 3, no instant without its offset read in the server's zone.
+    for (const since of ['2026-02-31T00:00:00Z', '2026-11-26T09:00:00', '2026-11-26T24:00:00Z']) {
+      expectRefused(await transport.call(tenant.apiKey, 'listWebhookDeliveries', { id: endpointId, since }), 'DELIVERY_FILTER_INVALID', transport);
+    }
+    expect(await transport.call(tenant.apiKey, 'listWebhookDeliveries', { id: endpointId, since: '2026-11-26T09:00:00.5+01:00' })).toMatchObject({ ok: true });
     expectRefused(
       await transport.call(tenant.apiKey, 'listWebhookDeliveries', { id: endpointId, since: '2026-11-02T00:00:00Z', until: '2026-11-01T00:00:00Z' }),
       'DELIVERY_FILTER_INVALID',
@@ -258,6 +263,8 @@ describe.each([rest, grpc])('over $name', (transport) => {
     expect((dry as { body: any }).body).toMatchObject({ found: 2, dryRun: true });
     expect((dry as { body: any }).body.recovery).toBeUndefined();
     expect(await t.orm.em.fork().execute('select 1 from recovery_jobs where endpoint_id = ?', [endpointId])).toEqual([]);
+    // A dry run writes nothing but its audit event.
+    expect(await auditActions(tenant.organizationId, 'webhook.recover')).toContainEqual({ outcome: 'succeeded', target_id: endpointId });
 
     const used = await quotaUsed(tenant.organizationId);
     const asked = await transport.call(tenant.apiKey, 'recoverWebhookDeliveries', { id: endpointId, since, until });
