@@ -30,8 +30,9 @@ export {
 } from './records/queries';
 
 /**
- * The only code that reads or writes delivery rows, their attempts, the dead-letter queue
- * and the kill switches. Each transition of a delivery is one named method here; both
+ * The only code that changes delivery rows and reads or writes their attempts, the
+ * dead-letter queue and the kill switches (a publish's new rows are inserted by the delivery
+ * module's part of its statement, fan-out.ts). Each transition of a delivery is one named method here; both
  * engines and every service go through them, so the state machine has one door. The
  * statements live in its parts (records/): inserts (record, resend), starts (claims and
  * beginAttempt), outcomes (dispatch marks, outcomes, hold, fail, deadLetter), kill
