@@ -4,7 +4,7 @@
  * code measures the real service and the bare connect-node server.
  */
 import { createClient } from '@connectrpc/connect';
-import { createGrpcTransport } from '@connectrpc/connect-node';
+import { benchGrpcTransport } from './grpc-transport';
 import { ConnectionService } from '../src/gen/publishing/v1/connection_service_pb';
 import { closedLoop, input, runMain, serveSegments } from './child';
 
@@ -17,7 +17,7 @@ interface Input {
 
 runMain(async () => {
   const spec = input<Input>();
-  const client = createClient(ConnectionService, createGrpcTransport({ baseUrl: spec.baseUrl }));
+  const client = createClient(ConnectionService, benchGrpcTransport(spec.baseUrl));
   const headers = { authorization: `Bearer ${spec.apiKey}` };
   const once = async () => {
     await client.listConnections({}, { headers });

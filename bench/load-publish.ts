@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { createClient } from '@connectrpc/connect';
-import { createGrpcTransport } from '@connectrpc/connect-node';
+import { benchGrpcTransport } from './grpc-transport';
 import { EventService } from '../src/gen/publishing/internal/v1/event_service_pb';
 import { closedLoop, input, runMain, serveSegments } from './child';
 
@@ -38,7 +38,7 @@ runMain(async () => {
   let once: (loop: number) => Promise<void>;
   let cleanup = async () => undefined as void;
   if (spec.mode === 'service') {
-    const client = createClient(EventService, createGrpcTransport({ baseUrl: spec.baseUrl }));
+    const client = createClient(EventService, benchGrpcTransport(spec.baseUrl));
     const headers = { authorization: `Bearer ${spec.token}` };
     once = async () => {
       await client.publishEvent({ organizationId: spec.organizationId, eventId: `evt_${randomUUID()}`, eventType: spec.eventType, payload: PAYLOAD }, { headers });

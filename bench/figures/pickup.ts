@@ -14,7 +14,7 @@
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { createClient } from '@connectrpc/connect';
-import { createGrpcTransport } from '@connectrpc/connect-node';
+import { benchGrpcTransport } from '../grpc-transport';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
 import { percentile, sleep } from '../lib';
 import { CONNECTIONS, DATABASE_URL, PAIRS, SEGMENT_SECONDS, addFigure, diagnostics, failedFigure, fmtMs, loadAverageMeter, log } from '../harness';
@@ -85,7 +85,7 @@ export async function benchPickup(ctx: Context): Promise<void> {
     const tenant = ctx.tenants.pickup!;
     await ctx.pool.query(`update organizations set plan = 'enterprise', monthly_delivery_quota = 100000000 where id = $1`, [tenant.organizationId]);
     const [endpointId] = await createEndpoints(ctx.server.ready.url, tenant, [`${ctx.receiver.ready.url}/hook/latency-pickup`], [EVENT_TYPE]);
-    const client = createClient(EventService, createGrpcTransport({ baseUrl: ctx.server.ready.url }));
+    const client = createClient(EventService, benchGrpcTransport(ctx.server.ready.url));
     const headers = { authorization: `Bearer ${INTERNAL_TOKEN}` };
     /** One publish: [sent → answered, answered → arrival] in ms. */
     const publishOnce = async (): Promise<[number, number]> => {

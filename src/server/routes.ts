@@ -101,7 +101,13 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
     // (createJsonSerialization), though the router's type does not name it; the transport
     // suites pin that it is used (test/server/invalid-utf8.test.ts).
     jsonOptions: { textDecoder: strictUtf8 } as ConnectRouterOptions['jsonOptions'],
+    // Compressed requests are read; answers are never compressed (no answer reaches the
+    // threshold). RPC callers are internal services on the same network, where gzip of a
+    // publish's 30 KB answer cost a quarter of the call's CPU to save a fraction of a
+    // millisecond on the wire (bench/README.md, "Where a publish's time goes"); external
+    // clients use the REST gateway, which writes its JSON itself, uncompressed.
     acceptCompression: [compressionGzip, compressionBrotli],
+    compressMinBytes: Number.POSITIVE_INFINITY,
   };
 }
 

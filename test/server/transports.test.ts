@@ -1,7 +1,10 @@
-import { toJson } from '@bufbuild/protobuf';
+import http2 from 'node:http2';
+import { gzipSync } from 'node:zlib';
+import { create, fromBinary, toBinary, toJson } from '@bufbuild/protobuf';
 import { Code, ConnectError } from '@connectrpc/connect';
-import { ConnectionService, ListConnectionsResponseSchema } from '../../src/gen/publishing/v1/connection_service_pb';
+import { ConnectionService, ListConnectionsRequestSchema, ListConnectionsResponseSchema } from '../../src/gen/publishing/v1/connection_service_pb';
 import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
+import { envelope } from '../support/frames';
 import { startTestApp, type TestApp, type Tenant } from '../support/app';
 import { client, rest, type TransportName } from '../support/clients';
 import { connectSandboxAccount } from '../support/connections';
@@ -149,5 +152,60 @@ describe('the same failure gives the same code everywhere', () => {
       expect(connectError.code).toBe(Code.Unauthenticated);
       expect(connectError.metadata.get('x-request-id')).toEqual(expect.any(String));
     }
+  });
+});
+
+describe('compression', () => {
+  // Four destinations: an answer past connect-es's default threshold for compressing (1 KiB).
+  let wide: Tenant;
+  beforeAll(async () => {
+    wide = await t.tenant();
+    for (const [toolkit, account] of [['instagram', 'creator'], ['youtube', 'channel2'], ['facebook', 'page2'], ['linkedin', 'member2']] as const) {
+      await connectSandboxAccount(t.url, wide.apiKey, toolkit, account);
+    }
+  });
+
+  /** One call on its own HTTP/2 session: the answer's headers, body and trailers. */
+  async function h2Call(headers: http2.OutgoingHttpHeaders, body: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; body: Buffer; trailers: http2.IncomingHttpHeaders }> {
+    const session = http2.connect(t.url);
+    try {
+      return await new Promise((resolve, reject) => {
+        const stream = session.request({ ':method': 'POST', ':path': '/publishing.v1.ConnectionService/ListConnections', authorization: `Bearer ${wide.apiKey}`, ...headers });
+        const chunks: Buffer[] = [];
+        let answerHeaders: http2.IncomingHttpHeaders = {};
+        let trailers: http2.IncomingHttpHeaders = {};
+        stream.on('response', (h) => (answerHeaders = h));
+        stream.on('trailers', (h) => (trailers = h));
+        stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+        stream.on('end', () => resolve({ headers: answerHeaders, body: Buffer.concat(chunks), trailers }));
+        stream.on('error', reject);
+        stream.end(body);
+      });
+    } finally {
+      session.close();
+    }
+  }
+
+  // Callers are internal services on the same network: an answer's gzip costs more CPU than it saves on the wire.
+  it('reads a gzip-compressed gRPC request and answers uncompressed to a caller that accepts gzip', async () => {
+    const request = gzipSync(toBinary(ListConnectionsRequestSchema, create(ListConnectionsRequestSchema, { pageSize: 10 })));
+    const answer = await h2Call({ 'content-type': 'application/grpc', te: 'trailers', 'grpc-encoding': 'gzip', 'grpc-accept-encoding': 'gzip' }, envelope(request, 1));
+    expect(answer.trailers['grpc-status'] ?? answer.headers['grpc-status']).toBe('0');
+    // One frame, flag 0 (not compressed).
+    expect(answer.body.readUInt8(0)).toBe(0);
+    const length = answer.body.readUInt32BE(1);
+    expect({ length, frame: answer.body.length }).toEqual({ length: expect.any(Number), frame: length + 5 });
+    expect(length).toBeGreaterThan(1024);
+    const message = fromBinary(ListConnectionsResponseSchema, answer.body.subarray(5));
+    expect(message.connections.map((c) => c.toolkit).sort()).toEqual(['facebook', 'instagram', 'linkedin', 'youtube']);
+  });
+
+  it('reads a gzip-compressed Connect request and answers uncompressed to a caller that accepts gzip', async () => {
+    const answer = await h2Call({ 'content-type': 'application/json', 'content-encoding': 'gzip', 'accept-encoding': 'gzip', 'connect-protocol-version': '1' }, gzipSync('{"pageSize":10}'));
+    expect(answer.headers[':status']).toBe(200);
+    expect(answer.headers['content-encoding']).toBeUndefined();
+    expect(answer.body.length).toBeGreaterThan(1024);
+    const json = JSON.parse(answer.body.toString('utf8')) as { connections: { toolkit: string }[] };
+    expect(json.connections.map((c) => c.toolkit).sort()).toEqual(['facebook', 'instagram', 'linkedin', 'youtube']);
   });
 });
