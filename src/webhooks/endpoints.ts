@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
-import { epochMs, isUuid, WebhookEndpointSchema, type LockMode, type Cursor, type EntityManager, type SignatureScheme, type WebhookEndpoint } from '../db';
+import { CompiledStatement, epochMs, isUuid, WebhookEndpointSchema, type LockMode, type Cursor, type EntityManager, type SignatureScheme, type WebhookEndpoint } from '../db';
 import { apiError } from '../errors';
 
 type Tables = InferKyselyDB<typeof WebhookEndpointSchema>;
@@ -22,13 +22,9 @@ export interface ListedEndpoint {
   createdAtMs: number;
 }
 
-/**
- * Up to `limit` endpoints of an organization, oldest first, after `cursor`. Plain rows: the
- * list only shows them, and hydrating them as entities into the unit of work was a sixth of
- * the list call's CPU (bench/README.md, List).
- */
-export async function endpointsPage(em: EntityManager, organizationId: string, cursor: Cursor | null, limit: number): Promise<ListedEndpoint[]> {
-  let query = db(em)
+/** The list's columns of an organization's endpoints, in the list's order. */
+function pageQuery(k: Kysely<Tables>, organizationId: string) {
+  return k
     .selectFrom('webhook_endpoints')
     .select([
       'id',
@@ -43,13 +39,55 @@ export async function endpointsPage(em: EntityManager, organizationId: string, c
       epochMs<number | null>('paused_at').as('pausedAtMs'),
       epochMs('created_at').as('createdAtMs'),
     ])
-    .where('organization_id', '=', organizationId);
-  if (cursor) {
-    const at = new Date(cursor.at);
-    const id = cursor.id;
-    query = query.where((eb) => eb.or([eb('created_at', '>', at), eb.and([eb('created_at', '=', at), eb('id', '>', id)])]));
-  }
-  return query.orderBy('created_at').orderBy('id').limit(limit).execute();
+    .where('organization_id', '=', organizationId)
+    .orderBy('created_at')
+    .orderBy('id');
+}
+
+// Built once and prepared: building the page's tree and planning it were a tenth of a list call's CPU.
+const firstPage = new CompiledStatement((k: Kysely<Tables>, p: { organizationId: string; limit: number }) => pageQuery(k, p.organizationId).limit(p.limit), { prepare: true });
+const laterPage = new CompiledStatement(
+  (k: Kysely<Tables>, p: { organizationId: string; at: Date; id: string; limit: number }) =>
+    pageQuery(k, p.organizationId)
+      .where((eb) => eb.or([eb('created_at', '>', p.at), eb.and([eb('created_at', '=', p.at), eb('id', '>', p.id)])]))
+      .limit(p.limit),
+  { prepare: true },
+);
+
+/**
+ * Up to `limit` endpoints of an organization, oldest first, after `cursor`. Plain rows: the
+ * list only shows them, and hydrating them as entities into the unit of work was a sixth of
+ * the list call's CPU (bench/README.md, List).
+ */
+export async function endpointsPage(em: EntityManager, organizationId: string, cursor: Cursor | null, limit: number): Promise<ListedEndpoint[]> {
+  if (!cursor) return firstPage.execute(db(em), { organizationId, limit });
+  return laterPage.execute(db(em), { organizationId, at: new Date(cursor.at), id: cursor.id, limit });
+}
+
+/** A new endpoint's row, as createWebhook writes it. */
+export type NewEndpoint = Pick<WebhookEndpoint, 'id' | 'organizationId' | 'url' | 'description' | 'eventNames' | 'secretKeyId' | 'secretCiphertext' | 'signatureScheme' | 'createdAt'>;
+
+// One prepared insert: the unit of work's change tracking was about a sixth of a create's
+// CPU, and building the insert with each call another tenth (bench/README.md, Create).
+const insertStatement = new CompiledStatement(
+  (k: Kysely<Tables>, p: NewEndpoint) =>
+    k.insertInto('webhook_endpoints').values({
+      id: p.id,
+      organization_id: p.organizationId,
+      url: p.url,
+      description: p.description,
+      event_names: p.eventNames,
+      secret_key_id: p.secretKeyId,
+      secret_ciphertext: p.secretCiphertext,
+      signature_scheme: p.signatureScheme,
+      created_at: p.createdAt,
+      updated_at: p.createdAt,
+    }),
+  { prepare: true },
+);
+
+export async function insertEndpoint(em: EntityManager, row: NewEndpoint): Promise<void> {
+  await insertStatement.execute(db(em), row);
 }
 
 /** An endpoint of the organization by id; another organization's, or none, is WEBHOOK_NOT_FOUND. */
