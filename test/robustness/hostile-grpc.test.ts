@@ -757,9 +757,10 @@ async function sendGrpcWeb(c: GrpcWebCase): Promise<Outcome> {
 }
 
 /**
- * The answer with its body decoded. A Connect client that compresses its request and sends
- * no Accept-Encoding gets its answer compressed the same way, error bodies included, once
- * they pass the compression threshold (a refusal echoing a 1,000-character name does).
+ * The answer with its body decoded. The service answers uncompressed whatever the request
+ * says (test/server/transports.test.ts pins that); connect-es would otherwise answer a
+ * Connect client that compresses its request and sends no Accept-Encoding the same way,
+ * error bodies included, so a gzip body is still read here rather than judged as garbage.
  */
 function decodedBody(answer: RawResponse): RawResponse {
   if (answer.incomplete || answer.headers['content-encoding']?.[0] !== 'gzip') return answer;
