@@ -38,8 +38,8 @@ export type RecordedOutcome =
   /** Another executor had already closed this attempt and gone on; nothing was written. */
   | { kind: 'superseded' };
 
-const dispatch = new CompiledStatement(dispatchStatement);
-const outcome = new CompiledStatement(outcomeStatement);
+const dispatch = new CompiledStatement(dispatchStatement, { prepare: true });
+const outcome = new CompiledStatement(outcomeStatement, { prepare: true });
 
 /** One statement for all the attempts; one answer per attempt, in their order. */
 export async function markAllDispatched(em: EntityManager, schedule: Schedule, attempts: AttemptKey[]): Promise<boolean[]> {
