@@ -75,6 +75,32 @@ class Arrivals {
 }
 
 const sorted = (values: number[]) => [...values].sort((a, b) => a - b);
+const median = (values: number[]) => percentile(sorted(values), 50);
+const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / Math.max(1, values.length);
+
+/** Where a round's pickups went, in mean ms: from the answer to the claim, to the dispatch mark, to the arrival. */
+interface PickupPhases {
+  answeredToClaimMs: number;
+  claimToMarkMs: number;
+  markToArrivalMs: number;
+}
+
+/** The phases of these publishes' first attempts, from the attempt rows' timestamps (the engine's clock, the bench's and the receiver's: one machine). */
+async function pickupPhases(ctx: Context, organizationId: string, done: [number, number, string, number, number][]): Promise<PickupPhases> {
+  const { rows } = await ctx.pool.query<{ eventId: string; startedMs: number; dispatchedMs: number }>(
+    `select d.event_id as "eventId", extract(epoch from a.started_at)::float8 * 1000 as "startedMs", extract(epoch from a.dispatched_at)::float8 * 1000 as "dispatchedMs"
+       from webhook_deliveries d join delivery_attempts a on a.delivery_id = d.id and a.attempt = 1
+      where d.organization_id = $1 and d.event_id = any($2::text[]) and a.dispatched_at is not null`,
+    [organizationId, done.map((d) => d[2])],
+  );
+  const byEvent = new Map(done.map((d) => [d[2], d]));
+  const phases = rows.map((row) => {
+    const [, , , answeredAt, arrivedAt] = byEvent.get(row.eventId)!;
+    return [row.startedMs - answeredAt, row.dispatchedMs - row.startedMs, arrivedAt - row.dispatchedMs] as const;
+  });
+  if (phases.length !== done.length) throw new Error(`attempt rows for ${phases.length} of ${done.length} pickups`);
+  return { answeredToClaimMs: mean(phases.map((p) => p[0])), claimToMarkMs: mean(phases.map((p) => p[1])), markToArrivalMs: mean(phases.map((p) => p[2])) };
+}
 
 export async function benchPickup(ctx: Context): Promise<void> {
   const name = (p: string) => `Pickup latency ${p}, PublishEvent answered → receiver, embedded engine woken in process`;
@@ -87,15 +113,16 @@ export async function benchPickup(ctx: Context): Promise<void> {
     const [endpointId] = await createEndpoints(ctx.server.ready.url, tenant, [`${ctx.receiver.ready.url}/hook/latency-pickup`], [EVENT_TYPE]);
     const client = createClient(EventService, benchGrpcTransport(ctx.server.ready.url));
     const headers = { authorization: `Bearer ${INTERNAL_TOKEN}` };
-    /** One publish: [sent → answered, answered → arrival] in ms. */
-    const publishOnce = async (): Promise<[number, number]> => {
+    /** One publish: [sent → answered, answered → arrival] in ms, the event id, when it was answered and arrived. */
+    const publishOnce = async (): Promise<[number, number, string, number, number]> => {
       const eventId = `evt_${randomUUID()}`;
       const arrived = arrivals.of(eventId);
       const t0 = epochNow();
       const answer = await client.publishEvent({ organizationId: tenant.organizationId, eventId, eventType: EVENT_TYPE, payload: PAYLOAD }, { headers });
       const t1 = epochNow();
       if (answer.event?.deliveries.length !== 1) throw new Error(`the publish recorded ${answer.event?.deliveries.length ?? 0} deliveries, expected 1`);
-      return [t1 - t0, (await arrived) - t1];
+      const arrivedAt = await arrived;
+      return [t1 - t0, arrivedAt - t1, eventId, t1, arrivedAt];
     };
     await listener.connect();
     await notifier.connect();
@@ -106,7 +133,7 @@ export async function benchPickup(ctx: Context): Promise<void> {
     for (let i = 0; i < 20; i++) await publishOnce();
     log(`pickup_latency: ${PAIRS} rounds: ${CONNECTIONS} loops publish-and-wait for ${SEGMENT_SECONDS} s (capacity), then evenly spaced publishes at half of it for ${SEGMENT_SECONDS} s; ${ONE_AT_A_TIME} polled pickups and NOTIFYs`);
     const load = loadAverageMeter();
-    const perRound: { capacity: number; rate: number; call: number[]; pickup: number[]; polled: number[]; notify: number[] }[] = [];
+    const perRound: { capacity: number; rate: number; call: number[]; pickup: number[]; polled: number[]; notify: number[]; phases: PickupPhases }[] = [];
     for (let round = 0; round < PAIRS; round++) {
       // Capacity: 16 loops, each publishing and waiting for its delivery to arrive.
       let completed = 0;
@@ -122,7 +149,7 @@ export async function benchPickup(ctx: Context): Promise<void> {
       const capacity = completed / SEGMENT_SECONDS;
       const rate = Math.max(1, capacity / 2);
       // At half of it, evenly spaced, each publish on its own (open loop).
-      const samples: Promise<[number, number]>[] = [];
+      const samples: Promise<[number, number, string, number, number]>[] = [];
       const count = Math.max(1, Math.round(rate * SEGMENT_SECONDS));
       const start = performance.now();
       for (let i = 0; i < count; i++) {
@@ -152,12 +179,14 @@ export async function benchPickup(ctx: Context): Promise<void> {
         notify.push((await got) - t0);
         notified.delete(id);
       }
-      const r = { capacity, rate, call: sorted(done.map((d) => d[0])), pickup: sorted(done.map((d) => d[1])), polled: sorted(polled), notify: sorted(notify) };
+      const phases = await pickupPhases(ctx, tenant.organizationId, done);
+      const r = { capacity, rate, call: sorted(done.map((d) => d[0])), pickup: sorted(done.map((d) => d[1])), polled: sorted(polled), notify: sorted(notify), phases };
       perRound.push(r);
       load.mark();
       log(
         `  ${round + 1}/${PAIRS} capacity ${capacity.toFixed(1)}/s, at ${rate.toFixed(1)}/s: pickup p50 ${fmtMs(percentile(r.pickup, 50))} p99 ${fmtMs(percentile(r.pickup, 99))}, ` +
-          `call p50 ${fmtMs(percentile(r.call, 50))}; polled p50 ${fmtMs(percentile(r.polled, 50))}; NOTIFY p50 ${fmtMs(percentile(r.notify, 50))}`,
+          `call p50 ${fmtMs(percentile(r.call, 50))}; polled p50 ${fmtMs(percentile(r.polled, 50))}; NOTIFY p50 ${fmtMs(percentile(r.notify, 50))}; ` +
+          `means: answered → claim ${fmtMs(phases.answeredToClaimMs)}, claim → dispatch mark ${fmtMs(phases.claimToMarkMs)}, mark → arrival ${fmtMs(phases.markToArrivalMs)}`,
       );
     }
     const at = (key: 'call' | 'pickup' | 'polled' | 'notify', p: number) => perRound.map((r) => percentile(r[key], p));
@@ -165,6 +194,13 @@ export async function benchPickup(ctx: Context): Promise<void> {
     diagnostics.push(
       `pickup latency: capacity ${perRound.map((r) => r.capacity.toFixed(0)).join(', ')} publishes (and deliveries)/s by round, measured at half; ` +
         `polling every ${POLL_INTERVAL_MS} ms (DELIVERY_POLL_INTERVAL_MS; the service's default is 1,000 ms)`,
+    );
+    const phase = (key: keyof PickupPhases) => fmtMs(median(perRound.map((r) => r.phases[key])));
+    diagnostics.push(
+      `pickup latency by phase (the round's mean, median over rounds; the engine stamps its claim and its dispatch mark with its clock when it issues them, in whole ms): ` +
+        `answered → claim issued ${phase('answeredToClaimMs')} (negative: the claim went out before the answer reached the caller), ` +
+        `claim → dispatch mark issued ${phase('claimToMarkMs')} (the claim's round trip, then the connection to the receiver), ` +
+        `dispatch mark → arrival ${phase('markToArrivalMs')} (the mark's round trip, then the request)`,
     );
     const row = (id: string, figure: string, values: number[], goal?: number) =>
       addFigure({
