@@ -77,8 +77,9 @@ export class DeliveryRecovery {
   constructor(private readonly deps: DeliveryRecoveryDeps) {}
 
   /**
-   * Resends one delivery of an endpoint that is not disabled (a paused one holds it): a new series on the same delivery, pending
-   * now, counted against the month's quota, in one transaction with its audit event.
+   * Resends one delivery of an endpoint that is not disabled (a paused one holds it): a new
+   * series on the same delivery, pending now, counted against the month's quota, in one
+   * transaction with its audit event.
    */
   async resend(
     em: EntityManager,
