@@ -106,7 +106,10 @@ export async function start(options: BuildOptions): Promise<App> {
       app.deps.shutdown.begin();
       if (drainMs > 0) {
         logger.info({ drainMs }, 'draining: /readyz answers 503; still accepting and serving');
-        await new Promise((resolve) => setTimeout(resolve, drainMs));
+        // A timer may fire up to a millisecond early against the clock (Node times it from the
+        // event loop's cached time): the drain lasts the whole of drainMs, never a little less.
+        const until = performance.now() + drainMs;
+        while (performance.now() < until) await new Promise((resolve) => setTimeout(resolve, Math.ceil(until - performance.now())));
       }
       await listener.shutdown(SHUTDOWN_GRACE_MS);
       await app.close();
