@@ -10,6 +10,7 @@ import { OutboundError, createOutboundClient, type OutboundClient, type Outbound
 import { deliveryHeaders, overlapRunning, type DeliverySigning } from '../signatures';
 import type { AttemptKey, AttemptResultRecord, AttemptStart, DeliveryRecords, RecordedOutcome } from './records';
 import { GroupCommit } from './group-commit';
+import { inDeliverySpan, noteInSpan, tracedOutbound } from '../tracing';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -99,15 +100,20 @@ export class DeliveryAttempts {
 
   /** `begun`: the attempt as the embedded engine's claim began it (claimDue), instead of a beginAttempt of its own. */
   async run(ref: DeliveryRef, liveness: AttemptLiveness, begun?: AttemptStart): Promise<AttemptResult> {
-    const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
-    try {
-      return await this.attempt(ref, liveness, begun);
-    } catch (error) {
-      if (failureClass(error) !== 'permanent') throw error;
-      return await this.abandon(ref, error, liveness.signal);
-    } finally {
-      clearInterval(beat);
-    }
+    return inDeliverySpan('delivery.attempt', ref, async (span) => {
+      const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
+      try {
+        const result = await this.attempt(ref, liveness, begun).catch((error: unknown) => {
+          if (failureClass(error) !== 'permanent') throw error;
+          return this.abandon(ref, error, liveness.signal);
+        });
+        span.set({ 'publishing.outcome': result.kind });
+        if (result.kind === 'failed' || result.kind === 'gone' || result.kind === 'abandoned') span.fail(result.kind === 'failed' ? result.error : result.reason);
+        return result;
+      } finally {
+        clearInterval(beat);
+      }
+    });
   }
 
   /**
@@ -118,14 +124,16 @@ export class DeliveryAttempts {
   private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal): Promise<AttemptResult> {
     const reason = `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
     this.deps.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery dead-lettered by a failure of ours');
-    if (await this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal)) this.deps.onEvent?.('dead_lettered');
+    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal));
+    if (recorded) this.deps.onEvent?.('dead_lettered');
     return { kind: 'abandoned', reason };
   }
 
   /** Dead-letters a delivery whose attempts are used up; waits out PostgreSQL being unreachable. */
   async deadLetter(ref: DeliveryRef, signal?: AbortSignal): Promise<void> {
     const em = this.deps.orm.em.fork();
-    if (await this.untilRecorded(() => this.records.deadLetter(em, ref), signal)) this.deps.onEvent?.('dead_lettered');
+    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(em, ref), signal));
+    if (recorded) this.deps.onEvent?.('dead_lettered');
   }
 
   private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined): Promise<AttemptResult> {
@@ -153,6 +161,7 @@ export class DeliveryAttempts {
           break;
       }
 
+      noteInSpan({ 'publishing.attempt': start.attempt });
       const signedAt = now();
       const headers = deliveryHeaders(this.signingOf(start, signedAt), ref.deliveryId, start.payload, signedAt);
       let refusedBeforeSend = false;
@@ -318,13 +327,13 @@ export function activityDepsFromConfig(
   return {
     ...deps,
     secrets: new SecretBox(config.secretKeys, config.currentSecretKeyId),
-    outbound: createOutboundClient({
+    outbound: tracedOutbound(createOutboundClient({
       allowCidrs: config.delivery.allowCidrs,
       extraCa: config.delivery.extraCaPem ?? undefined,
       timeoutMs: config.delivery.attemptTimeoutMs,
       maxResponseBytes: config.delivery.maxResponseBytes,
       connectionsPerEndpoint: config.delivery.connectionsPerEndpoint,
       connectionMaxAgeMs: config.delivery.connectionMaxAgeMs,
-    }),
+    })),
   };
 }

@@ -7,6 +7,7 @@ import {
   WorkflowIdReusePolicy,
 } from '@temporalio/client';
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
+import { temporalClientInterceptors } from '../tracing';
 import type { deliverWebhook } from '../../workflows/delivery';
 import { RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
@@ -115,7 +116,7 @@ export function createTemporalClient(options: {
   namespace: string;
 }): { client: Client; reachable: () => Promise<boolean>; close: () => Promise<void> } {
   const connection = Connection.lazy({ address: options.address, connectTimeout: 2_000 });
-  const client = new Client({ connection, namespace: options.namespace });
+  const client = new Client({ connection, namespace: options.namespace, interceptors: temporalClientInterceptors() });
   return {
     client,
     async reachable() {

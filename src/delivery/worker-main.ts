@@ -3,6 +3,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { loadConfig, createLogger } from '../config';
 import { openDatabase, resolveDatabaseUrl } from '../db';
+import { startTracing, workerTracing } from '../tracing';
 import { activityDepsFromConfig, createActivities } from './activities';
 import { DeliveryMetrics } from './metrics';
 import { DeliveryRecords } from './records';
@@ -19,6 +20,7 @@ import { serveWorkerEndpoints } from './worker-endpoints';
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger(config.logLevel);
+  const tracing = startTracing(config.tracing, 'publishing-connections-worker', (error) => logger.warn({ err: error }, 'tracing: spans not exported'));
   if (!config.temporal) throw new Error('TEMPORAL_ADDRESS is required for the worker');
   if (!config.databaseUrl && config.env === 'production') throw new Error('DATABASE_URL is required for the worker');
   const database = await resolveDatabaseUrl(config.databaseUrl, logger, { embedded: 'join' });
@@ -37,11 +39,13 @@ async function main(): Promise<void> {
       taskQueue: config.temporal.taskQueue,
       workflowsPath: require.resolve('../../workflows'),
       activities: createActivities(activityDepsFromConfig(config, { orm, records, logger, onEvent: metrics.observe })),
+      ...workerTracing({ prebuiltBundle: false }),
     });
     logger.info({ taskQueue: config.temporal.taskQueue, metrics: `http://${config.host}:${(server.address() as AddressInfo).port}/metrics` }, 'delivery worker running');
     await worker.run();
   } finally {
     server.close();
+    await tracing.shutdown();
     await connection.close();
     await orm.close();
     await database.stop();

@@ -15,6 +15,7 @@ import type { RequestHandler } from './listener';
 import { sendError, writeBody, writeJson } from './http-answer';
 import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
 import { createRefusalAudit } from './refusal-audit';
+import { rpcTracing } from './rpc-tracing';
 import { HealthService, blocking, downDependencies } from './health';
 import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
 import { openApiDocument } from './openapi-route';
@@ -90,6 +91,7 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
       auditRefusal: createRefusalAudit(logger),
     }),
     interceptors: [
+      ...rpcTracing(),
       createRequestContextInterceptor(orm, logger, metrics.observeCall),
       createAuditInterceptor(logger),
       createStorableTextInterceptor(),
