@@ -9,6 +9,8 @@ import {
   type StartWorkflowExecutionRequest,
 } from '@temporalio/client';
 import { DeterminismViolationError } from '@temporalio/workflow';
+import { Worker } from '@temporalio/worker';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { FAILURE_TYPES, type DeliveryRef } from '../../src/delivery/contract';
 import { TemporalDeliveryEngine } from '../../src/delivery/temporal-engine';
 import { workflowIdFor } from '../../src/delivery/workflow-id';
@@ -17,6 +19,7 @@ import { ACTIVITY_START_TO_CLOSE_MS, DELIVERY_RETRY_POLICY, RELEASE_SIGNAL } fro
 import { attemptOptions, deadLetterOptions, deliveryHistory, quietWorkerLogs, ref, replay } from './delivery-histories';
 import { applicationFailure, heartbeatTimeoutFailure } from './history-builder';
 import { recordedHistories } from './recorded-histories';
+import { productionWorkflowBundle } from '../support/temporal';
 
 /*
  * No Temporal server can run here, so the histories under ./histories were written by hand in
@@ -254,6 +257,15 @@ describe('deliverWebhook over histories recorded on a real server', () => {
     expect(types).toEqual(expect.arrayContaining(['EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED', 'EVENT_TYPE_TIMER_CANCELED']));
     expect(await activityTypes('held-by-global-switch-then-released.json')).toEqual(['attemptDelivery', 'attemptDelivery']);
   });
+
+  it('replays every recorded history with tracing on: a worker whose bundle has the OpenTelemetry workflow interceptors', async () => {
+    // Turning tracing on restarts workers over running deliveries recorded without it.
+    const workflowBundle = await productionWorkflowBundle({ traced: true });
+    const sinks = { exporter: { export: { fn: () => undefined } } };
+    for (const history of recorded.values()) {
+      await expect(Worker.runReplayHistory({ workflowBundle, sinks }, historyFromJSON(history), workflowIdFor(ref))).resolves.toBeUndefined();
+    }
+  }, 120_000);
 
   it('fails replay of a recorded history when the workflow would schedule another activity', async () => {
     const history = structuredClone(recorded.get('delivered-first-attempt.json')!);
