@@ -26,7 +26,7 @@ import {
   type EventDelivery,
 } from '../delivery';
 import { apiError } from '../errors';
-import { inDeliverySpan, inSpan } from '../tracing';
+import { expectDeliveries, inDeliverySpan, inSpan } from '../tracing';
 import { publishAttributes, publishedAttributes } from './publish-spans';
 import {
   EVENT_NAME_PATTERN,
@@ -109,6 +109,7 @@ export class EventPublisher {
    */
   async publish(em: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
     return inSpan('events.publish', () => publishAttributes(events, publisher), async (span) => {
+      expectDeliveries(events);
       const published =
         events.length === 1 ? await this.publishEvents(em, events, publisher) : await em.transactional((tx) => this.publishEvents(tx, events, publisher));
       span.set(publishedAttributes(published));

@@ -58,12 +58,16 @@ export function contractTiming(engine: EngineName): void {
     expect(looked.delivery).toMatchObject({ status: 'dead_lettered', attemptCount: MAX_ATTEMPTS, deadLettered: true, workflowId });
 
     // One trace, from the test call to the dead letter: the attempts' spans 30 s apart, as the receiver saw them.
-    const [traceId] = new Set(receiver.requests.map((request) => parseTraceparent(request.headers.traceparent).traceId));
+    const traceIds = new Set(receiver.requests.map((request) => parseTraceparent(request.headers.traceparent).traceId));
+    expect(traceIds.size).toBe(1);
+    const [traceId] = traceIds;
     const { spans } = await backend.trace(traceId!, (all) => spansNamed(all, 'delivery.dead_letter').length === 1 && spansNamed(all, 'POST').length === MAX_ATTEMPTS);
-    const attemptSpans = spansNamed(spans, 'delivery.attempt');
-    expect(attemptSpans.map((span) => tagOf(span, 'publishing.attempt'))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    const spanGaps = attemptSpans.slice(1).map((span, i) => (span.startTime - attemptSpans[i]!.startTime) / 1000);
-    for (const gap of spanGaps) expect(Math.abs(gap - RETRY_INTERVAL_MS)).toBeLessThanOrEqual(1_000);
+    expect(spansNamed(spans, 'delivery.attempt').map((span) => tagOf(span, 'publishing.attempt'))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    // The schedule itself is held to ± 1 s by the arrivals above; a request's span begins before
+    // its arrival by the connection and the dispatch mark, which a loaded machine stretches.
+    const requestSpans = spansNamed(spans, 'POST');
+    const spanGaps = requestSpans.slice(1).map((span, i) => (span.startTime - requestSpans[i]!.startTime) / 1000);
+    for (const gap of spanGaps) expect(Math.abs(gap - RETRY_INTERVAL_MS)).toBeLessThanOrEqual(2_000);
     expect(spansNamed(spans, engine === 'temporal' ? 'RunActivity:attemptDelivery' : 'delivery.claim')).toHaveLength(MAX_ATTEMPTS);
     expect(spansNamed(spans, 'POST /api/v1/webhooks/{id}/test')).toHaveLength(1);
 
