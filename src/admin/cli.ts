@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { loadConfig, type Config, createLogger } from '../config';
 import { migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
-import { rotateSigningSecrets } from '../webhooks';
+import { rotateSigningSecrets } from '../endpoints';
 import { SecretBox } from '../secrets';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 

@@ -34,7 +34,7 @@ import {
   deliveryMonthOf,
   publishingOrganizations,
   subscribedEndpoints,
-} from '../webhooks';
+} from '../endpoints';
 
 /** Limits of the contract the README documents (Internal event service). */
 export const MAX_EVENTS_PER_CALL = 100;
@@ -383,7 +383,7 @@ interface InputRow {
 
 /**
  * A publish's one statement, compiled once: the events' insert is the events module's; the
- * organizations' plans, the subscription rule and the grant decision (quota) are webhooks'
+ * organizations' plans, the subscription rule and the grant decision (quota) are the endpoints module's
  * parts (publishingOrganizations, subscribedEndpoints, deliveryGrants), the deliveries' insert
  * is delivery's (fanOutInsert). Each part names the CTEs it reads with their rows' types, so
  * this wiring compiles only if it hands each part what it reads.

@@ -39,9 +39,7 @@ import {
 import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
-import { endpointsPage, insertEndpoint, organizationEndpoint, type ListedEndpoint } from './endpoints';
-import { normalizeEventNames } from './event-names';
-import { takeDeliveryQuota } from './plans';
+import { endpointsPage, insertEndpoint, normalizeEventNames, organizationEndpoint, takeDeliveryQuota, type ListedEndpoint } from '../endpoints';
 import type { WebhookRateLimiter } from './rate-limit';
 import type { SecretBox } from '../secrets';
 import { overlapRunning } from '../signatures';
