@@ -1,3 +1,4 @@
+import type { NewEvent } from '../events';
 import { apiError } from '../errors';
 
 /**
@@ -24,4 +25,9 @@ export function normalizeEventNames(names: readonly string[]): string[] {
     }
   }
   return [...new Set(names)];
+}
+
+/** The name an event is published under. */
+export function eventNameOf(event: Pick<NewEvent, 'eventType'>): string {
+  return event.eventType;
 }
