@@ -1,4 +1,3 @@
-import type { NewEvent } from '../events';
 import { apiError } from '../errors';
 
 /**
@@ -25,9 +24,4 @@ export function normalizeEventNames(names: readonly string[]): string[] {
     }
   }
   return [...new Set(names)];
-}
-
-/** The name an event is published under. */
-export function eventNameOf(event: Pick<NewEvent, 'eventType'>): string {
-  return event.eventType;
 }
