@@ -143,7 +143,7 @@ describe('admin CLI', () => {
     const cases: { name: string; args: () => string[]; message: RegExp }[] = [
       { name: 'an unknown plan', args: () => ['create-org', '--name', 'X', '--plan', 'gold'], message: /unknown plan "gold"/ },
       { name: 'a missing --name', args: () => ['create-org', '--plan', 'scale'], message: /--name is required/ },
-      { name: 'an empty --name', args: () => ['create-org', '--name', '  ', '--plan', 'scale'], message: /--name is required/ },
+      { name: 'an empty --name', args: () => ['create-org', '--name', '  ', '--plan', 'scale'], message: /--name must not be empty/ },
       { name: 'an unknown role', args: () => ['create-user', '--org', tenant.organizationId, '--email', 'x@example.com', '--role', 'superuser'], message: /unknown role "superuser"/ },
       { name: 'an organization that does not exist', args: () => ['create-user', '--org', '00000000-0000-4000-8000-000000000000', '--email', 'x@example.com', '--role', 'member'], message: /no organization/ },
       { name: 'an organization id that is not an id', args: () => ['create-user', '--org', 'acme', '--email', 'x@example.com', '--role', 'member'], message: /--org must be an id/ },
