@@ -3,11 +3,12 @@ import { migrateAs, resolveDatabaseUrl, isUniqueViolation, OrganizationSchema, U
 import { idOption, optionText, requiredOption, runCommandLine, UsageError, type CliIo, type CommandLine } from '../command-line';
 import { rotateSigningSecrets } from '../webhooks';
 import { SecretBox } from '../secrets';
-import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
+import { createOrganization, createUser, developmentOrganization, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 
 const USAGE = `usage: npm run admin -- <command> [options] [--json]
 
-  bootstrap                                   development: organization + owner + key with every scope
+  bootstrap                                   a new key with every scope for the development organization's
+                                              owner (organization and owner made on first use)
   create-org   --name NAME --plan PLAN        plan: starter | agency | scale | command | enterprise
   create-user  --org ID --email EMAIL --role ROLE      role: owner | admin | member | viewer
   create-key   --org ID --user ID --scopes a,b [--name NAME]
@@ -80,10 +81,9 @@ async function run(command: string, values: Values, em: EntityManager, config: C
       return { currentKeyId: secrets.currentKeyId, rotated };
     }
     case 'bootstrap': {
-      const org = await createOrganization(em, { name: 'Development', plan: 'scale' });
-      const user = await createUser(em, { organizationId: org.id, email: `owner+${org.id.slice(0, 8)}@example.com`, role: 'owner' });
-      const key = await issueApiKey(em, { organizationId: org.id, userId: user.id, name: 'bootstrap', scopes: [...PERMISSIONS] });
-      return { organizationId: org.id, userId: user.id, keyId: key.id, apiKey: key.key, scopes: key.scopes };
+      const { organization, owner } = await developmentOrganization(em);
+      const key = await issueApiKey(em, { organizationId: organization.id, userId: owner.id, name: 'bootstrap', scopes: [...PERMISSIONS] });
+      return { organizationId: organization.id, userId: owner.id, keyId: key.id, apiKey: key.key, scopes: key.scopes };
     }
     default:
       throw new UsageError(`unknown command "${command}"`);

@@ -99,7 +99,7 @@ describe('admin CLI', () => {
     expect(again.stderr).toContain('already revoked');
   });
 
-  it('bootstraps an organization with an owner key that has every scope', async () => {
+  it('bootstraps the development organization with an owner key that has every scope, and a new key for it at every call', async () => {
     const boot = await adminJson('bootstrap');
     expect(boot).toEqual({
       organizationId: expect.any(String),
@@ -116,6 +116,19 @@ describe('admin CLI', () => {
     expect(start.body.redirectUrl).toEqual(expect.stringMatching(/^http/));
     const webhooks = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: boot.apiKey });
     expect([401, 403]).not.toContain(webhooks.status);
+
+    const before = await rowCounts();
+    const again = await adminJson('bootstrap');
+    expect(again).toEqual({ ...boot, keyId: expect.any(String), apiKey: expect.stringMatching(/^pk_live_/) });
+    expect(again.keyId).not.toBe(boot.keyId);
+    expect(again.apiKey).not.toBe(boot.apiKey);
+    expect(await rowCounts()).toEqual({ ...before, api_keys: before.api_keys! + 1 });
+    // Both keys work: the second call does not take the first away.
+    for (const apiKey of [boot.apiKey, again.apiKey]) expect((await rest(t.url, 'GET', '/api/v1/connections', { apiKey })).status).toBe(200);
+    const endpoint = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: boot.apiKey, body: { url: 'https://hooks.example.com/dev', eventNames: ['webhook.test'] } });
+    expect(endpoint.status).toBe(200);
+    const seen = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: again.apiKey });
+    expect(seen.body.endpoints.map((e: { id: string }) => e.id)).toContain(endpoint.body.endpoint.id);
   });
 
   it('prints a key for people, with a warning that it is shown once, as npm run admin runs it', async () => {
