@@ -1,7 +1,7 @@
 import type { Interceptor } from '@connectrpc/connect';
 import { principalKey } from '../auth';
 import { rpcTracingInterceptors } from '../tracing';
-import { httpRuleOf } from './http-rules';
+import { httpRuleOf } from './rest';
 
 /**
  * The span of every call (src/tracing/rpc.ts), told who called and, for the REST gateway,
