@@ -1,5 +1,5 @@
 import { context, ROOT_CONTEXT, trace, type Context } from '@opentelemetry/api';
-import { activeTracing } from './setup';
+import { activeTracing } from './state';
 import { deliveryAttributes, type DeliveryIds } from './spans';
 
 /** Deliveries and events whose trace this process keeps for the claims to come; the oldest are forgotten first. */

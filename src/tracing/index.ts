@@ -1,4 +1,5 @@
-export { startTracing, tracingOn, SAMPLERS, type SamplerName, type Tracing, type TracingConfig } from './setup';
+export { startTracing, type Tracing } from './setup';
+export { tracingOn, SAMPLERS, type SamplerName, type TracingConfig } from './state';
 export { inSpan, inDeliverySpan, noteInSpan, traceFields, deliveryAttributes, type DeliveryIds, type SpanNotes } from './spans';
 export { rpcTracingInterceptors, type RpcTracingOptions, type TracedCaller } from './rpc';
 export { tracedOutbound } from './outbound';

@@ -1,6 +1,6 @@
 import { context, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { OutboundClient } from '../outbound';
-import { activeTracing } from './setup';
+import { activeTracing } from './state';
 import { failWith } from './spans';
 
 /**

@@ -3,7 +3,7 @@ import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, ty
 import type { DescMethod } from '@bufbuild/protobuf';
 import { requestIdKey, transportKey } from '../context';
 import { errorInfoOf } from '../errors';
-import { activeTracing } from './setup';
+import { activeTracing } from './state';
 
 /** Who called, as the request gate established it. */
 export interface TracedCaller {

@@ -1,5 +1,5 @@
 import { context, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from '@opentelemetry/api';
-import { activeTracing } from './setup';
+import { activeTracing } from './state';
 
 /** What a traced step may say about itself once it knows (how many deliveries, the outcome). */
 export interface SpanNotes {

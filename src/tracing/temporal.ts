@@ -7,7 +7,7 @@ import {
   OpenTelemetryActivityOutboundInterceptor,
 } from '@temporalio/interceptors-opentelemetry/lib/worker';
 import type { WorkerOptions } from '@temporalio/worker';
-import { activeTracing } from './setup';
+import { activeTracing } from './state';
 
 /**
  * Temporal's own OpenTelemetry interceptors: the trace goes from the workflow start through
