@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { loadConfig, type Config, createLogger } from '../config';
-import { migrateAs, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
+import { migrateAs, openDatabase, resolveDatabaseUrl, isUuid, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
 import { rotateSigningSecrets } from '../endpoints';
 import { SecretBox } from '../secrets';
 import { createOrganization, createUser, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
@@ -141,8 +141,8 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     const database = await resolveDatabaseUrl(config.databaseUrl, logger);
     try {
       // Migrations run as the owner role; the service role that runs the command cannot.
-      await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
-      const orm = await database.open();
+      await migrateAs(database, config.databaseMigrationUrl || undefined);
+      const orm = await openDatabase(database);
       try {
         const result = await run(command, values, orm.em.fork(), config);
         if (values.json) io.stdout.write(`${JSON.stringify(result)}\n`);
