@@ -1,7 +1,7 @@
 import { loadConfig, type Config, createLogger } from '../config';
 import { migrateAs, resolveDatabaseUrl, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
 import { idOption, optionText, requiredOption, runCommandLine, UsageError, type CliIo, type CommandLine } from '../command-line';
-import { rotateSigningSecrets } from '../webhooks';
+import { rotateSigningSecrets } from '../endpoints';
 import { SecretBox } from '../secrets';
 import { createOrganization, createUser, developmentOrganization, issueApiKey, revokeApiKey, isPlan, isRole, isPermission, PERMISSIONS } from '../auth';
 

@@ -7,7 +7,7 @@ import { epochMs, OrganizationSchema, type EntityManager, type MikroORM, type Re
 import { RECOVERABLE_STATUSES, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { changeEventId, type EventPublisher } from '../events';
 import { apiError, errorInfoOf } from '../errors';
-import { organizationEndpoint, planIncludesDeliveries, takeDeliveryQuota } from '../webhooks';
+import { organizationEndpoint, planIncludesDeliveries, takeDeliveryQuota } from '../endpoints';
 import { Poller } from '../poller';
 
 type Tables = InferKyselyDB<typeof RecoveryJobSchema>;
@@ -67,7 +67,7 @@ export interface DeliveryRecoveryDeps {
  * starts a new series of attempts on one delivery; a recovery job resends every
  * dead-lettered or failed delivery of an endpoint in a window, paced, in the background.
  * Owner of the recovery_jobs table. Quotas and plans apply to each resend as to any
- * delivery (src/webhooks/plans.ts).
+ * delivery (src/endpoints/plans.ts).
  */
 export class DeliveryRecovery {
   /** The pace lives in the rows (next_batch_at): a round at once finds only the batches that are due. */
