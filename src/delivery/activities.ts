@@ -102,10 +102,11 @@ export class DeliveryAttempts {
   async run(ref: DeliveryRef, liveness: AttemptLiveness, begun?: AttemptStart): Promise<AttemptResult> {
     return inDeliverySpan('delivery.attempt', ref, async (span) => {
       const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
+      const progress = { sent: false };
       try {
-        const result = await this.attempt(ref, liveness, begun).catch((error: unknown) => {
+        const result = await this.attempt(ref, liveness, begun, progress).catch((error: unknown) => {
           if (failureClass(error) !== 'permanent') throw error;
-          return this.abandon(ref, error, liveness.signal);
+          return this.abandon(ref, error, liveness.signal, progress.sent);
         });
         span.set({ 'publishing.outcome': result.kind });
         if (result.kind === 'failed' || result.kind === 'gone' || result.kind === 'abandoned') span.fail(result.kind === 'failed' ? result.error : result.reason);
@@ -120,9 +121,13 @@ export class DeliveryAttempts {
    * Ends a delivery that failed for a reason of ours no retry can fix, as dead-lettered with
    * a reason that says so. Retrying would fail the same way forever (a Temporal workflow
    * topping up attempts that never send, an embedded lease re-begun after every lapse).
+   * `sent`: the request had been written when it failed, so the receiver may have it; the
+   * reason says so, and the attempt stays counted.
    */
-  private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal): Promise<AttemptResult> {
-    const reason = `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
+  private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal, sent: boolean): Promise<AttemptResult> {
+    const reason = sent
+      ? `Sent, then failed on our side before its outcome was recorded (${describeFailure(error)}); the receiver may have it, so no retry follows. An operator can find the cause in the logs by delivery id.`
+      : `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
     this.deps.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery dead-lettered by a failure of ours');
     const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal));
     if (recorded) this.deps.onEvent?.('dead_lettered');
@@ -136,7 +141,8 @@ export class DeliveryAttempts {
     if (recorded) this.deps.onEvent?.('dead_lettered');
   }
 
-  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined): Promise<AttemptResult> {
+  /** `progress.sent` turns true once a request is about to be written: a failure from there on may follow a delivery the receiver has. */
+  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined, progress: { sent: boolean }): Promise<AttemptResult> {
     // Forked only for an attempt the engine's claim did not begin: most never need one.
     let em: EntityManager | undefined;
     const now = this.deps.now ?? Date.now;
@@ -175,6 +181,7 @@ export class DeliveryAttempts {
           beforeSend: async () => {
             const marked = await this.dispatches.submit({ ref, attempt: start.attempt, startedAt: start.startedAt });
             refusedBeforeSend = !marked;
+            progress.sent = marked;
             return marked;
           },
         });

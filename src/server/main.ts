@@ -1,5 +1,5 @@
 import { loadConfig, ConfigError, createLogger } from '../config';
-import { migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
+import { migrateAs, openDatabase, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
 import { startTracing } from '../tracing';
 import { start } from './app';
 
@@ -19,10 +19,10 @@ async function main(): Promise<void> {
   const tracing = startTracing(config.tracing, 'publishing-connections', (error) => logger.warn({ err: error }, 'tracing: spans not exported'));
   const database = await resolveDatabaseUrl(config.databaseUrl, logger, { embedded: 'own' });
   if (config.env !== 'production') {
-    const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
+    const applied = await migrateAs(database, config.databaseMigrationUrl || undefined);
     if (applied.length > 0) logger.info({ applied }, 'migrations applied');
   }
-  const orm = await database.open();
+  const orm = await openDatabase(database);
   // PGlite has one user; on PostgreSQL a role that could rewrite the audit trail is refused in production.
   const roleProblems = database.embedded ? [] : await serviceRoleProblems(orm.em.fork());
   if (roleProblems.length > 0 && config.env === 'production') {

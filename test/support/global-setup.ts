@@ -1,4 +1,5 @@
-import { migrateAs } from '../../src/db/orm';
+import { ensureChromium } from '../../scripts/chromium';
+import { databaseAt, migrateAs } from '../../src/db/orm';
 import { OWNER_ROLE, ensureServiceRoles } from '../../src/db/roles';
 import { TEMPLATE_ENV, databaseUrl, withAdmin } from './databases';
 import { bundleProductionWorkflows, startTestTemporal } from './temporal';
@@ -9,8 +10,11 @@ import { ensureJaegerBinary } from '../../scripts/jaeger';
  * the same moment) and migrates a fresh template database as the owner, once per run;
  * each test file clones it. Starts the run's Temporal development server for the live
  * suites (test/support/temporal.ts), and makes sure Jaeger is built for the trace suites.
+ * Debian's Chromium, for the browser suites, is installed when missing and the user may;
+ * otherwise the run stops here with the command to run.
  */
 export default async function globalSetup(): Promise<void> {
+  ensureChromium();
   // The trace suites' backend, built from its Go module when missing (minutes the first time).
   ensureJaegerBinary();
   const name = `publishing_test_template_${process.pid}`;
@@ -19,7 +23,7 @@ export default async function globalSetup(): Promise<void> {
     await client.query(`drop database if exists ${name} with (force)`);
     await client.query(`create database ${name} owner ${OWNER_ROLE}`);
   });
-  await migrateAs(databaseUrl(name, OWNER_ROLE));
+  await migrateAs(databaseAt(databaseUrl(name, OWNER_ROLE)));
   process.env[TEMPLATE_ENV] = name;
   await Promise.all([startTestTemporal(), bundleProductionWorkflows()]);
 }
