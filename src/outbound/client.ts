@@ -1,7 +1,7 @@
 /**
  * The only way the service sends HTTP to customer-controlled URLs (DESIGN decision 7):
  * https only, TLS verified, the SSRF filter applied to the addresses actually dialled,
- * no redirects, one deadline for the whole attempt, a capped response body. Connections
+ * no redirects, one deadline for the request on the wire, a capped response body. Connections
  * to a receiver are kept and reused, within an age bound, so the filter runs once per
  * connection rather than once per request.
  */
@@ -71,7 +71,11 @@ export interface OutboundOptions {
   allowCidrs?: string[];
   /** PEM CA trusted in addition to the default roots (never instead of them). */
   extraCa?: string;
-  /** Deadline for the whole attempt: DNS, connect, TLS, request and reading the response. */
+  /**
+   * Deadline for the request on the wire: DNS, connect, TLS, request and reading the response.
+   * It starts when the request has a connection: a wait for one of our pooled connections is
+   * our queueing, never the receiver's time.
+   */
   timeoutMs: number;
   /** Response bytes kept; the connection is dropped once more arrive. */
   maxResponseBytes: number;
@@ -263,7 +267,7 @@ interface SendOptions {
 
 function send(target: Target, headers: Record<string, string>, body: string, opts: SendOptions, post: PostOptions): Promise<OutboundResponse> {
   return new Promise<OutboundResponse>((resolvePromise, rejectPromise) => {
-    const startedAt = Date.now();
+    let startedAt = 0;
     let dispatched = false;
     let settled = false;
     let timer: NodeJS.Timeout | undefined;
@@ -300,7 +304,6 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
       headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
       agent: opts.agent,
     });
-    arm(opts.timeoutMs);
 
     // Nothing is written before the connection stands, so the caller can still decide not
     // to send (and an attempt that never got this far never reached the receiver).
@@ -320,8 +323,15 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
       arm(opts.timeoutMs - connectedAfter);
       req.end(body);
     };
-    // A pooled connection stands already and will not emit 'secureConnect' again.
-    req.once('socket', (socket) => opts.agent.whenEstablished(socket, () => void dispatch()));
+    // The deadline starts when the request is handed a connection (a new one still to dial, or
+    // a pooled one): while every connection to the receiver is busy it waits in the agent's
+    // queue unsent, and that wait is ours. A pooled connection stands already and will not emit
+    // 'secureConnect' again.
+    req.once('socket', (socket) => {
+      startedAt = Date.now();
+      arm(opts.timeoutMs);
+      opts.agent.whenEstablished(socket, () => void dispatch());
+    });
 
     req.on('error', fail);
     req.on('response', (res) => {
