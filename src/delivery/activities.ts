@@ -40,6 +40,8 @@ export type AttemptResult =
   /** A counted attempt failed; `exhausted` after the last one. */
   | { kind: 'failed'; sent: number; exhausted: boolean; error: string }
   | { kind: 'held'; sent: number }
+  /** The endpoint's turns are all in flight: nothing was written or sent; the engine tries again shortly. */
+  | { kind: 'turn'; sent: number }
   | { kind: 'gone'; reason: string }
   | { kind: 'exhausted'; sent: number }
   /** Another executor closed this attempt and went on (this one had been taken for dead). */
@@ -144,6 +146,7 @@ export class DeliveryAttempts {
         case 'held':
           this.deps.onEvent?.('held');
           return start;
+        case 'turn':
         case 'exhausted':
           return start;
         case 'wait':
@@ -271,6 +274,8 @@ function activityOutcome(result: AttemptResult): AttemptOutcome {
       return { kind: 'delivered', attempt: result.attempt, status: result.status };
     case 'held':
       return { kind: 'held', sent: result.sent };
+    case 'turn':
+      return { kind: 'turn', sent: result.sent };
     case 'gone':
       throw ApplicationFailure.nonRetryable(result.reason, FAILURE_TYPES.endpointGone);
     case 'exhausted':

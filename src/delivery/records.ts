@@ -1,5 +1,5 @@
 import type { DeliveryStatus, EntityManager } from '../db';
-import { RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryRef } from './contract';
 import * as inserts from './records/inserts';
 import * as killSwitches from './records/kill-switches';
@@ -54,8 +54,12 @@ export {
 export class DeliveryRecords {
   private readonly schedule: Schedule;
 
-  constructor(options: { now?: () => number; retryIntervalMs?: number } = {}) {
-    this.schedule = { now: options.now ?? Date.now, retryIntervalMs: options.retryIntervalMs ?? RETRY_INTERVAL_MS };
+  constructor(options: { now?: () => number; retryIntervalMs?: number; endpointConcurrency?: number } = {}) {
+    this.schedule = {
+      now: options.now ?? Date.now,
+      retryIntervalMs: options.retryIntervalMs ?? RETRY_INTERVAL_MS,
+      endpointConcurrency: options.endpointConcurrency ?? DEFAULT_ENDPOINT_CONCURRENCY,
+    };
   }
 
   /**
@@ -82,8 +86,8 @@ export class DeliveryRecords {
   }
 
   /**
-   * Embedded engine: leases up to `limit` due deliveries to `owner`, oldest due first,
-   * skipping rows another instance is claiming right now and the ones this instance is
+   * Embedded engine: leases up to `limit` due deliveries to `owner`, fairly across endpoints
+   * and within each endpoint's free turns (ClaimOptions), skipping rows another instance is claiming right now and the ones this instance is
    * already working on, and begins the attempt of each in the same statement (what
    * beginAttempt would decide and write). A claimed delivery whose `start` is null needs
    * beginAttempt's transaction: an attempt of it was left dispatched but unfinished, or
@@ -98,10 +102,16 @@ export class DeliveryRecords {
     return starts.renewLease(em, this.schedule, deliveryId, owner, leaseMs);
   }
 
+  /** Embedded engine: gives a lease back, the delivery still due (its endpoint had no turn free). */
+  async giveBackLease(em: EntityManager, deliveryId: string, owner: string): Promise<void> {
+    return starts.giveBackLease(em, deliveryId, owner);
+  }
+
   /**
    * Starts an attempt. Under a lock on the delivery row, decides what the attempt may do:
    * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
-   * switch or a paused endpoint holds it without using an attempt; otherwise the next attempt row is written
+   * switch or a paused endpoint holds it without using an attempt; an endpoint with all its
+   * turns in flight leaves it as it is (`turn`: try again shortly); otherwise the next attempt row is written
    * (or the one a dead worker wrote but never sent is taken over) and the caller sends.
    * One round trip on the common path.
    */

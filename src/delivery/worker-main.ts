@@ -25,7 +25,7 @@ async function main(): Promise<void> {
   const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  const records = new DeliveryRecords({ retryIntervalMs: config.delivery.retryIntervalMs });
+  const records = new DeliveryRecords({ retryIntervalMs: config.delivery.retryIntervalMs, endpointConcurrency: config.delivery.endpointConcurrency });
   const metrics = new DeliveryMetrics(registry, { orm, records });
   const connection = await NativeConnection.connect({ address: config.temporal.address });
   let worker: Worker | null = null;

@@ -119,7 +119,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   limiterPool.on('error', (error) => logger.warn({ err: error }, 'rate-limit pool lost a connection'));
   const principals = options.cachePrincipals === false ? undefined : new PrincipalCache({ connectionString: String(orm.config.get('clientUrl')), logger });
   await principals?.start();
-  const records = new DeliveryRecords({ now, retryIntervalMs: config.delivery.retryIntervalMs });
+  const records = new DeliveryRecords({ now, retryIntervalMs: config.delivery.retryIntervalMs, endpointConcurrency: config.delivery.endpointConcurrency });
   const temporal = config.temporal ? createTemporalClient(config.temporal) : null;
   const metrics = new Metrics({ orm, records, engineReachable: temporal?.reachable });
   const delivery = deliveriesFor(config, { orm, logger, now, records, temporal, onEvent: metrics.observeDelivery });

@@ -50,6 +50,8 @@ export function db(em: EntityManager): Kysely<Tables> {
 export interface Schedule {
   now: () => number;
   retryIntervalMs: number;
+  /** Attempts one endpoint may have in flight at once (its turns). */
+  endpointConcurrency: number;
 }
 
 /** A delivery as lists show it: the listed fields only (never the payload), timestamps as epoch milliseconds. */
