@@ -53,17 +53,9 @@ export const PATCHES = {
   endpointTurn: 'endpoint-turn',
 } as const;
 
-/**
- * Waiting for an endpoint's turn: the first wait about a second, doubling up to about eight,
- * each jittered (the workflow's seeded Math.random) so a burst's deliveries do not come back
- * together. No activity slot is held meanwhile; a timer costs the worker nothing.
- */
-const TURN_WAIT_FIRST_MS = 1_000;
-const TURN_WAIT_MAX_MS = 8_000;
-
-function turnWait(waits: number): number {
-  const base = Math.min(TURN_WAIT_MAX_MS, TURN_WAIT_FIRST_MS * 2 ** Math.min(waits, 8));
-  return Math.round(base * (0.5 + Math.random()));
+/** A wait for an endpoint's turn, jittered (the workflow's seeded Math.random) so a burst's deliveries do not come back together. */
+function jittered(ms: number): number {
+  return Math.round(ms * (0.5 + Math.random()));
 }
 
 export const releaseSignal = defineSignal(RELEASE_SIGNAL);
@@ -115,7 +107,6 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     released = true;
   });
   let sent = progress.sent;
-  let turnWaits = 0;
   for (;;) {
     // A release counts from the attempt on: one that arrives while a held attempt's result is
     // on its way must still wake the wait that follows.
@@ -147,14 +138,15 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
       return { status: 'dead_lettered' };
     }
     if (outcome.kind === 'delivered') return { status: 'delivered', attempts: outcome.attempt };
-    // The endpoint's turns were all in flight: nothing was sent or counted; ask again shortly.
+    // The endpoint's turns were all in flight: nothing was sent or counted; ask again after the
+    // wait the activity set from the delivery's place in the endpoint's line. No activity slot
+    // is held meanwhile.
     if (outcome.kind === 'turn' && patched(PATCHES.endpointTurn)) {
       sent = outcome.sent;
-      await sleep(turnWait(turnWaits++));
+      await sleep(jittered(outcome.waitMs));
       if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref, { ...progress, sent });
       continue;
     }
-    turnWaits = 0;
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
     if (patched(PATCHES.releaseSignal)) {

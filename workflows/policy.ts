@@ -27,6 +27,16 @@ export const ATTEMPT_TIMEOUT_LIMIT_MS = 30_000;
  * receiver (DELIVERY_CONNECTIONS_PER_ENDPOINT, 16), so an attempt never queues for one of ours.
  */
 export const DEFAULT_ENDPOINT_CONCURRENCY = 4;
+/**
+ * A delivery waiting for its endpoint's turn on Temporal asks again after about
+ * TURN_WAIT_MIN_MS for each round of turns ahead of it (the endpoint's open deliveries
+ * recorded before it, divided by its turns), at most TURN_WAIT_MAX_MS: a large backlog asks
+ * a few times a second per endpoint, not hundreds, and the first in line ask soonest.
+ */
+export const TURN_WAIT_MIN_MS = 1_000;
+export const TURN_WAIT_MAX_MS = 30_000;
+/** The place in line is counted up to this many ahead: beyond it the wait is the longest anyway. */
+export const TURN_PLACE_LIMIT = 256;
 /** How long an attempt keeps retrying its bookkeeping while PostgreSQL is unreachable. */
 export const BOOKKEEPING_PATIENCE_MS = 5 * 60_000;
 /** Upper bound of one attempt activity: its request plus its bookkeeping. */

@@ -6,18 +6,22 @@ import * as killSwitches from './records/kill-switches';
 import * as outcomes from './records/outcomes';
 import * as queries from './records/queries';
 import * as starts from './records/starts';
+import * as health from './records/health';
 import { FINAL_STATUSES, type ListedDelivery, type Schedule } from './records/rows';
 import type { NewDelivery } from './records/inserts';
 import type { KillSwitchState, ReleasedDelivery } from './records/kill-switches';
 import type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './records/outcomes';
 import type { DeadLetterFilter, DeadLetterView, DeliveryLogFilter, DeliveryView, DeliveryWindow, EventDelivery } from './records/queries';
 import type { AttemptStart, ClaimedDelivery, ClaimOptions } from './records/starts';
+import type { FailingEndpoint, FailingThreshold } from './records/health';
 
 export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type ListedDelivery } from './records/rows';
 export type { NewDelivery } from './records/inserts';
 export type { AttemptStart, PreviousSecret, ClaimOptions, ClaimedDelivery } from './records/starts';
 export type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './records/outcomes';
 export type { KillSwitchState, ReleasedDelivery } from './records/kill-switches';
+export type { FailingEndpoint, FailingThreshold } from './records/health';
+export { FAILING_PAUSE } from './records/rows';
 export {
   RECENT_DELIVERIES,
   type EventDelivery,
@@ -100,6 +104,30 @@ export class DeliveryRecords {
   /** Embedded engine: keeps a lease alive while its owner works; false when the owner lost it. */
   async renewLease(em: EntityManager, deliveryId: string, owner: string, leaseMs: number): Promise<boolean> {
     return starts.renewLease(em, this.schedule, deliveryId, owner, leaseMs);
+  }
+
+  /**
+   * Active endpoints over the automatic pause's threshold: their last deliveries since their
+   * last resume all failed, for long enough (at once after a 410 Gone). Reads only endpoints
+   * with a dead letter or a 410 answer since `since`.
+   */
+  async failingEndpoints(em: EntityManager, since: Date, threshold: FailingThreshold): Promise<FailingEndpoint[]> {
+    return health.failingEndpoints(em, new Date(this.schedule.now()), since, threshold);
+  }
+
+  /** Endpoints paused for failing whose test delivery was delivered since. */
+  async recoveredEndpoints(em: EntityManager): Promise<{ endpointId: string; organizationId: string }[]> {
+    return health.recoveredEndpoints(em);
+  }
+
+  /** A delivery's place among its endpoint's open deliveries (how many were recorded before it), counted up to `limit`. */
+  async placeInLine(em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
+    return starts.placeInLine(em, ref, limit);
+  }
+
+  /** The endpoints' turns (DELIVERY_ENDPOINT_CONCURRENCY). */
+  get endpointConcurrency(): number {
+    return this.schedule.endpointConcurrency;
   }
 
   /** Embedded engine: gives a lease back, the delivery still due (its endpoint had no turn free). */

@@ -47,6 +47,8 @@ export interface OutboundResponse {
   body: Buffer;
   /** True when the endpoint sent more than maxResponseBytes; the rest was not read. */
   truncated: boolean;
+  /** The Retry-After header as the receiver sent it (at most 64 characters), null without one. */
+  retryAfter: string | null;
 }
 
 export interface PostOptions {
@@ -283,8 +285,11 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
     };
     const fail = (err: unknown) => settle(() => rejectPromise(toOutboundError(err, dispatched)));
     const arm = (ms: number) => {
+      // Judged after the I/O that arrived by then (setImmediate runs after the poll phase): on a
+      // busy event loop the deadline's timer and an answer received in time come due together,
+      // and timers run first.
       timer = setTimeout(
-        () => fail(new OutboundError('timeout', `The attempt did not complete within ${opts.timeoutMs} ms.`, 'ETIMEDOUT', { dispatched })),
+        () => setImmediate(() => fail(new OutboundError('timeout', `The attempt did not complete within ${opts.timeoutMs} ms.`, 'ETIMEDOUT', { dispatched }))),
         Math.max(0, ms),
       );
     };
@@ -337,8 +342,9 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       let kept = 0;
+      const retryAfter = res.headers['retry-after']?.slice(0, 64) ?? null;
       const finish = (truncated: boolean) =>
-        settle(() => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), truncated }), !truncated);
+        settle(() => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), truncated, retryAfter }), !truncated);
 
       res.on('error', fail);
       res.on('data', (chunk: Buffer) => {

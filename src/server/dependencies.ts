@@ -4,7 +4,7 @@ import { openDatabase, migrate, type MikroORM } from '../db';
 import { PrincipalCache } from '../auth';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
-import { WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
+import { FailingEndpointPause, WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
 import { SecretBox } from '../secrets';
 import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
@@ -146,9 +146,20 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const posts = new PostServiceImpl(now, publisher);
   const recovery = new DeliveryRecovery({ orm, records: delivery.records, engine: delivery.engine, publisher, logger, now });
   const deliveryLog = new DeliveryLogServiceImpl({ records: delivery.records, recovery });
+  const failingEndpoints = new FailingEndpointPause({
+    orm,
+    deliveries: delivery.records,
+    engine: delivery.engine,
+    events: publisher,
+    logger,
+    now,
+    options: config.delivery.autoPause,
+    onChange: metrics.observeEndpointPause,
+  });
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, recovery, logger });
   delivery.embedded?.begin();
   recovery.begin();
+  if (config.delivery.autoPause.deadLetters > 0) failingEndpoints.begin();
 
   const shutdown = new ShutdownReadiness();
   const readiness: ReadinessCheck[] = [
@@ -176,6 +187,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     readiness,
     shutdown,
     async close() {
+      await failingEndpoints.close();
       await recovery.close();
       await delivery.close();
       await principals?.close();

@@ -1,5 +1,6 @@
 export { WebhookServiceImpl, deliveryMessage, timestampOf, type WebhookServiceDeps } from './service';
 export { organizationEndpoint } from './endpoints';
+export { FailingEndpointPause, type AutoPauseOptions } from './auto-pause';
 export { WebhookRateLimiter } from './rate-limit';
 export { validateEndpointUrl } from './endpoint-url';
 export { rotateSigningSecrets } from './rotation';

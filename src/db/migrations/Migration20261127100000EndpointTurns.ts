@@ -13,10 +13,28 @@ import { Migration } from '@mikro-orm/migrations';
  * volatile, counts with a snapshot taken after the lock: the attempt of the begin that held
  * it before is committed and counted.
  */
+/*
+ * `retry_after_seconds`: what a receiver's 429 or 503 asked for in its Retry-After header,
+ * kept with the attempt for the delivery log.
+ *
+ * An endpoint paused by the service because its deliveries kept failing says so
+ * (`pause_reason` 'failing', and since when, `failing_since`); a customer's pause is
+ * 'customer'. `resumed_at`: failures before the last resume no longer count towards the next
+ * automatic pause. Answers 410 Gone are found through their own small index: they count
+ * towards the pause at once.
+ */
 export class Migration20261127100000EndpointTurns extends Migration {
   override name = 'Migration20261127100000EndpointTurns';
 
   override up(): void {
+    this.addSql('alter table delivery_attempts add column retry_after_seconds integer check (retry_after_seconds >= 0);');
+    this.addSql("alter table webhook_endpoints add column pause_reason text check (pause_reason in ('customer', 'failing'));");
+    this.addSql('alter table webhook_endpoints add column failing_since timestamptz;');
+    this.addSql('alter table webhook_endpoints add column resumed_at timestamptz;');
+    this.addSql("update webhook_endpoints set pause_reason = 'customer' where paused_at is not null;");
+    this.addSql('create index delivery_attempts_gone_idx on delivery_attempts (finished_at) where response_status = 410;');
+    this.addSql('create index dead_letters_created_idx on dead_letters (created_at);');
+    this.addSql("create index webhook_endpoints_failing_idx on webhook_endpoints (paused_at) where pause_reason = 'failing';");
     this.addSql('create index delivery_attempts_unfinished_idx on delivery_attempts (delivery_id, started_at) where finished_at is null;');
     this.addSql(`
 create function delivery_endpoint_in_flight(endpoint uuid, delivery uuid, since timestamptz) returns integer
@@ -35,5 +53,12 @@ end $$;`);
   override down(): void {
     this.addSql('drop function delivery_endpoint_in_flight(uuid, uuid, timestamptz);');
     this.addSql('drop index delivery_attempts_unfinished_idx;');
+    this.addSql('alter table delivery_attempts drop column retry_after_seconds;');
+    this.addSql('drop index webhook_endpoints_failing_idx;');
+    this.addSql('drop index dead_letters_created_idx;');
+    this.addSql('drop index delivery_attempts_gone_idx;');
+    this.addSql('alter table webhook_endpoints drop column resumed_at;');
+    this.addSql('alter table webhook_endpoints drop column failing_since;');
+    this.addSql('alter table webhook_endpoints drop column pause_reason;');
   }
 }

@@ -150,6 +150,21 @@ export async function renewLease(em: EntityManager, schedule: Schedule, delivery
   return Number(result.numUpdatedRows) > 0;
 }
 
+/**
+ * How many of the endpoint's open deliveries were recorded before this one (up to `limit`):
+ * its place in the endpoint's line, from which a delivery waiting for a turn sets its wait.
+ */
+export async function placeInLine(em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
+  const { rows } = await sql<{ ahead: number }>`
+    select count(*)::int as ahead from (
+      select 1 from webhook_deliveries o
+       where o.endpoint_id = ${ref.endpointId}
+         and o.created_at < (select d.created_at from webhook_deliveries d where d.id = ${ref.deliveryId})
+         and o.status in ('pending', 'retrying')
+       limit ${limit}) ahead`.execute(db(em));
+  return rows[0]?.ahead ?? 0;
+}
+
 /** Lets a leased delivery go, due as it is: its endpoint's turns were all in flight, so it waits for the next claim. */
 export async function giveBackLease(em: EntityManager, deliveryId: string, owner: string): Promise<void> {
   await db(em).updateTable('webhook_deliveries').set({ lease_until: null, lease_owner: null }).where('id', '=', deliveryId).where('lease_owner', '=', owner).execute();
@@ -197,7 +212,7 @@ async function beginAttemptInTransaction(em: EntityManager, schedule: Schedule, 
     const now = new Date(schedule.now());
     const row = await attemptSource(k)
       .select('e.disabled_at')
-      .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id')).as('stopped'))
+      .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'), eb.ref('d.event_type')).as('stopped'))
       .where('d.id', '=', ref.deliveryId)
       .where('d.organization_id', '=', ref.organizationId)
       .forUpdate('d')
@@ -341,7 +356,7 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
             when e.id is null then 'endpoint_missing'
             when e.disabled_at is not null then 'endpoint_disabled'
             when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
-            when ${stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'))} then 'held'
+            when ${stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'), eb.ref('d.event_type'))} then 'held'
             ${claim ? sql`` : sql`when coalesce(delivery_endpoint_in_flight(e.id, d.id, ${p.inFlightSince}), ${p.turns}) >= ${p.turns} then 'turn'`}
             else 'send'
           end`.as('decision'),
