@@ -3,7 +3,8 @@ import type { Logger } from '../config';
 import { appendAuditEvent } from '../audit';
 import { FAILING_PAUSE, type DeliveryEngine, type DeliveryRecords, type FailingEndpoint, type FailingThreshold } from '../delivery';
 import type { EventPublisher } from '../events';
-import { organizationEndpoint } from './endpoints';
+import { organizationEndpoint } from '../endpoints';
+import { Poller } from '../poller';
 
 export interface AutoPauseOptions extends FailingThreshold {
   /** How often to look for endpoints over the threshold, and for paused ones whose test delivery went through. */
@@ -43,24 +44,24 @@ const LOOK_OVERLAP_MS = 60_000;
  * before the resume no longer count.
  */
 export class FailingEndpointPause {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private readonly loop: Poller;
   private lookedAt: number | null = null;
 
-  constructor(private readonly deps: AutoPauseDeps) {}
-
-  begin(): void {
-    this.timer = setInterval(() => {
-      this.running ??= this.sweep()
-        .catch((error: unknown) => this.deps.logger.warn({ err: error }, 'failing endpoint sweep failed'))
-        .finally(() => (this.running = null));
-    }, this.deps.options.intervalMs);
-    this.timer.unref();
+  constructor(private readonly deps: AutoPauseDeps) {
+    this.loop = new Poller({
+      round: () => this.sweep(),
+      intervalMs: deps.options.intervalMs,
+      onError: (error) => deps.logger.warn({ err: error }, 'failing endpoint sweep failed'),
+    });
   }
 
-  async close(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    await this.running;
+  /** Looks now, then every interval, until close(). */
+  begin(): void {
+    this.loop.start();
+  }
+
+  close(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** One look: pauses the endpoints over the threshold, lifts the pauses a test delivery answered. */
