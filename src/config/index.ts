@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 
 export { createLogger, type Logger } from './logger';
+export type { WorkerConfig } from './worker';
+import { workerConfig, type WorkerConfig } from './worker';
 import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**
@@ -45,6 +47,7 @@ export interface Config {
   temporal: TemporalConfig | null;
   /** `npm run worker`: the port of its /metrics, /healthz and /readyz. */
   workerMetricsPort: number;
+  worker: WorkerConfig;
 }
 
 export interface InternalServiceToken {
@@ -225,6 +228,9 @@ export function loadConfig(env: Env = process.env): Config {
       }
     : null;
 
+  // The activity's start-to-close and the lease are derived from this limit: a longer
+  // deadline would let an attempt outlive the time Temporal gives it.
+  const attemptTimeoutMs = int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS);
   const config: Config = {
     env: nodeEnv,
     port,
@@ -244,9 +250,7 @@ export function loadConfig(env: Env = process.env): Config {
     delivery: {
       allowCidrs,
       extraCaPem: env.DELIVERY_EXTRA_CA_PEM || null,
-      // The activity's start-to-close and the lease are derived from this limit: a longer
-      // deadline would let an attempt outlive the time Temporal gives it.
-      attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS),
+      attemptTimeoutMs,
       maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
       concurrency: int('DELIVERY_CONCURRENCY', 64, 1, 256),
@@ -258,6 +262,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     temporal,
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
+    worker: workerConfig(env, int, problems, attemptTimeoutMs),
   };
   if (env.DELIVERY_TEST_RETRY_INTERVAL_MS) {
     if (nodeEnv === 'test') config.delivery.retryIntervalMs = int('DELIVERY_TEST_RETRY_INTERVAL_MS', RETRY_INTERVAL_MS, 1, RETRY_INTERVAL_MS);

@@ -7,6 +7,7 @@ import { activityDepsFromConfig, createActivities } from './activities';
 import { DeliveryMetrics } from './metrics';
 import { DeliveryRecords } from './records';
 import { serveWorkerEndpoints } from './worker-endpoints';
+import { workerOptionsFrom } from './worker-options';
 
 /**
  * `npm run worker`: runs delivery workflows and activities for the task queue the API
@@ -35,7 +36,7 @@ async function main(): Promise<void> {
       connection,
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
-      workflowsPath: require.resolve('../../workflows'),
+      ...(await workerOptionsFrom(config.worker)),
       activities: createActivities(activityDepsFromConfig(config, { orm, records, logger, onEvent: metrics.observe })),
     });
     logger.info({ taskQueue: config.temporal.taskQueue, metrics: `http://${config.host}:${(server.address() as AddressInfo).port}/metrics` }, 'delivery worker running');
