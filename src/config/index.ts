@@ -80,7 +80,7 @@ export interface DeliveryConfig {
   retryIntervalMs: number;
   /**
    * Temporal engine: how often the API looks for deliveries still pending (their workflow
-   * possibly never started), and how old such a row must be. 30 s and 60 s; only NODE_ENV=test
+   * possibly never started), and how old such a row must be. 5 s and 10 s; only NODE_ENV=test
    * may shorten them (DELIVERY_TEST_PENDING_SWEEP_MS).
    */
   pendingSweep: { intervalMs: number; olderThanMs: number };
@@ -107,8 +107,12 @@ const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
 const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
 const DEV_SECRET_KEY_ID = 'dev';
 const DEV_OPERATOR_TOKEN = 'development-operator-token';
-/** Temporal engine: the pending sweep's period; a row is swept once pending for two periods. */
-const PENDING_SWEEP_INTERVAL_MS = 30_000;
+/**
+ * Temporal engine: the pending sweep's period; a row is swept once pending for two periods.
+ * Seconds, so that deliveries an API left unstarted (it died, Temporal was down) go out
+ * within seconds; a sweep's start that races the API's own is a no-op.
+ */
+const PENDING_SWEEP_INTERVAL_MS = 5_000;
 
 const DEV_INTERNAL_SERVICE_TOKENS = 'development:development-internal-service-token-not-for-production';
 
@@ -272,7 +276,7 @@ export function loadConfig(env: Env = process.env): Config {
     if (nodeEnv === 'test') {
       const intervalMs = int('DELIVERY_TEST_PENDING_SWEEP_MS', PENDING_SWEEP_INTERVAL_MS, 100, PENDING_SWEEP_INTERVAL_MS);
       config.delivery.pendingSweep = { intervalMs, olderThanMs: 2 * intervalMs };
-    } else problems.push('DELIVERY_TEST_PENDING_SWEEP_MS is honoured only with NODE_ENV=test: the pending sweep runs every 30 s');
+    } else problems.push('DELIVERY_TEST_PENDING_SWEEP_MS is honoured only with NODE_ENV=test: the pending sweep runs every 5 s');
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
