@@ -83,3 +83,22 @@ it("the worker's /metrics count the attempts, outcomes and dead letters the rows
   expect(counter(metrics, 'webhook_delivery_events_total', '{event="dead_lettered"}')).toBe(rows!.dead);
   expect(counter(metrics, 'webhook_dead_letters')).toBe(rows!.dead);
 }, 120_000);
+
+it("the worker's /metrics carry Temporal's SDK metrics beside ours: slots, schedule-to-start latency, poll results, sticky cache", async () => {
+  const metrics = await (await fetch(metricsUrl)).text();
+  expect(metrics).toMatch(/^webhook_delivery_events_total\{/m);
+  for (const line of [
+    /^temporal_worker_task_slots_available\{[^}]*worker_type="ActivityWorker"[^}]*\} \d+/m,
+    /^temporal_worker_task_slots_available\{[^}]*worker_type="WorkflowWorker"[^}]*\} \d+/m,
+    /^temporal_activity_schedule_to_start_latency_count\{[^}]*\} [1-9]/m,
+    /^temporal_workflow_task_schedule_to_start_latency_count\{[^}]*\} [1-9]/m,
+    /^temporal_workflow_task_queue_poll_succeed\w*\{[^}]*\} [1-9]/m,
+    /^temporal_num_pollers\{[^}]*poller_type="activity_task"[^}]*\} \d+/m,
+    /^temporal_sticky_cache_size\{[^}]*\} \d+/m,
+  ]) {
+    expect(metrics).toMatch(line);
+  }
+  // One scrape, one text: every metric family is named once.
+  const families = metrics.split('\n').filter((l) => l.startsWith('# TYPE ')).map((l) => l.split(' ')[2]);
+  expect(new Set(families).size).toBe(families.length);
+});
