@@ -25,7 +25,12 @@ export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
 
 /** The search attributes the delivery workflows carry (src/delivery/temporal-engine.ts), registered at start. */
-export const DELIVERY_SEARCH_ATTRIBUTE_NAMES = ['OrganizationId', 'EndpointId', 'EventId'] as const;
+export const DELIVERY_SEARCH_ATTRIBUTE_NAMES = ['OrganizationId', 'EndpointId', 'EventId', 'DeliveryOutcome', 'DeliveryAttempts'] as const;
+
+/** Their types, as `temporal operator search-attribute create --type` and `start-dev --search-attribute` name them: Keyword unless said. */
+export function deliverySearchAttributeType(name: (typeof DELIVERY_SEARCH_ATTRIBUTE_NAMES)[number]): 'Keyword' | 'Int' {
+  return name === 'DeliveryAttempts' ? 'Int' : 'Keyword';
+}
 
 const root = path.resolve(__dirname, '..');
 
@@ -132,7 +137,7 @@ export async function startTemporalDevServer(options: DevServerOptions = {}): Pr
     'warn',
     ...(options.dbFile ? ['--db-filename', options.dbFile] : []),
     ...(uiPort === null ? ['--headless'] : ['--ui-port', String(uiPort)]),
-    ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=Keyword`]),
+    ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=${deliverySearchAttributeType(name)}`]),
   ];
   const log = options.logFile ? openSync(options.logFile, 'a') : 'ignore';
   // `cat` returns when our end of stdin closes (we stopped it, or we died): then the server is told to stop.

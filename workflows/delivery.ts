@@ -22,6 +22,7 @@ import {
   RELEASE_SIGNAL,
   RETRY_INTERVAL_MS,
 } from './policy';
+import { OutcomeReport } from './outcome';
 
 /**
  * The attempt activity's options: the contract's fixed 30 s between attempts, at most 8.
@@ -49,6 +50,8 @@ export const PATCHES = {
   releaseSignal: 'release-signal',
   /** Retries that ran out with attempts unsent (a worker died before sending) are topped up. */
   topUpUnsentAttempts: 'top-up-unsent-attempts',
+  /** DeliveryOutcome and DeliveryAttempts are updated as the workflow learns them (outcome.ts). */
+  outcomeInUi: 'outcome-search-attributes',
 } as const;
 
 export const releaseSignal = defineSignal(RELEASE_SIGNAL);
@@ -94,11 +97,13 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     released = true;
   });
   let sent = progress.sent;
+  const report = new OutcomeReport(PATCHES.outcomeInUi);
   for (;;) {
     // A release counts from the attempt on: one that arrives while a held attempt's result is
     // on its way must still wake the wait that follows.
     released = false;
     let outcome: AttemptOutcome;
+    report.sending(sent);
     try {
       outcome = await attemptsLeft(MAX_ATTEMPTS - sent, progress.retryIntervalMs)(ref);
     } catch (err) {
@@ -106,10 +111,12 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
       const failure = err instanceof ActivityFailure ? err.cause : undefined;
       if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.endpointGone) {
         // The activity already marked the row failed with this reason; a dead letter would be noise.
+        report.ended('failed', sent, failure.message);
         return { status: 'failed', reason: failure.message };
       }
       if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.abandoned) {
         // A failure of ours no retry can fix: the activity already dead-lettered the row with the reason.
+        report.ended('dead_lettered', sent, failure.message);
         return { status: 'dead_lettered', reason: failure.message };
       }
       const exhausted = failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.attemptsExhausted;
@@ -117,16 +124,22 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
         const reported = sentIn(failure);
         sent = reported ?? sent;
         if (reported === undefined || reported < MAX_ATTEMPTS) {
+          report.retrying(sent, Date.now() + interval);
           await sleep(interval);
           continue;
         }
       }
       await deadLetter(ref);
+      report.ended('dead_lettered', sentIn(failure) ?? MAX_ATTEMPTS);
       return { status: 'dead_lettered' };
     }
-    if (outcome.kind === 'delivered') return { status: 'delivered', attempts: outcome.attempt };
+    if (outcome.kind === 'delivered') {
+      report.ended('delivered', outcome.attempt);
+      return { status: 'delivered', attempts: outcome.attempt };
+    }
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
+    report.held(sent, Date.now() + interval);
     if (patched(PATCHES.releaseSignal)) {
       await condition(() => released, interval);
     } else {

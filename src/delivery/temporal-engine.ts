@@ -8,7 +8,7 @@ import {
 } from '@temporalio/client';
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import type { deliverWebhook } from '../../workflows/delivery';
-import { RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { OUTCOME_ATTRIBUTES, RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import { workflowIdFor } from './workflow-id';
 import { WorkflowStarts, type StartOutcome } from './workflow-starts';
@@ -21,12 +21,19 @@ import type { Logger } from '../config';
  *   temporal operator search-attribute create --namespace <ns> \
  *     --name OrganizationId --type Keyword \
  *     --name EndpointId --type Keyword \
- *     --name EventId --type Keyword
+ *     --name EventId --type Keyword \
+ *     --name DeliveryOutcome --type Keyword \
+ *     --name DeliveryAttempts --type Int
+ *
+ * DeliveryOutcome and DeliveryAttempts start as `sending` and 0; the workflow keeps them
+ * current (workflows/outcome.ts).
  */
 export const DELIVERY_SEARCH_ATTRIBUTES = {
   organizationId: defineSearchAttributeKey('OrganizationId', SearchAttributeType.KEYWORD),
   endpointId: defineSearchAttributeKey('EndpointId', SearchAttributeType.KEYWORD),
   eventId: defineSearchAttributeKey('EventId', SearchAttributeType.KEYWORD),
+  outcome: defineSearchAttributeKey(OUTCOME_ATTRIBUTES.outcome, SearchAttributeType.KEYWORD),
+  attempts: defineSearchAttributeKey(OUTCOME_ATTRIBUTES.attempts, SearchAttributeType.INT),
 };
 
 export interface TemporalDeliveryEngineOptions {
@@ -95,6 +102,8 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
           // A resend's series only: a first series' memo stays as it always was.
           ...(meta.series && meta.series > 1 && { series: meta.series }),
         },
+        // The Temporal UI's summary line: what was sent where (the outcome is in the current details and DeliveryOutcome).
+        staticSummary: `${meta.eventType} to ${meta.targetHost}${meta.series && meta.series > 1 ? `, series ${meta.series}` : ''}`,
         ...(this.options.searchAttributes && { typedSearchAttributes: searchAttributesFor(ref) }),
       }));
       return 'started';
@@ -133,6 +142,8 @@ function searchAttributesFor(ref: DeliveryRef): SearchAttributePair[] {
     { key: DELIVERY_SEARCH_ATTRIBUTES.organizationId, value: ref.organizationId },
     { key: DELIVERY_SEARCH_ATTRIBUTES.endpointId, value: ref.endpointId },
     { key: DELIVERY_SEARCH_ATTRIBUTES.eventId, value: ref.eventId },
+    { key: DELIVERY_SEARCH_ATTRIBUTES.outcome, value: 'sending' },
+    { key: DELIVERY_SEARCH_ATTRIBUTES.attempts, value: 0 },
   ];
 }
 

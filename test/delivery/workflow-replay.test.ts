@@ -346,6 +346,8 @@ describe('TemporalDeliveryEngine', () => {
       OrganizationId: { value: 'org_01', type: 'Keyword' },
       EndpointId: { value: 'end_01', type: 'Keyword' },
       EventId: { value: 'evt_01', type: 'Keyword' },
+      DeliveryOutcome: { value: 'sending', type: 'Keyword' },
+      DeliveryAttempts: { value: 0, type: 'Int' },
     });
   });
 
