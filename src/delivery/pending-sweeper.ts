@@ -1,5 +1,6 @@
 import type { MikroORM } from '../db';
 import type { Logger } from '../config';
+import { Poller } from '../poller';
 import type { DeliveryMeta, DeliveryRef } from './contract';
 import type { DeliveryRecords } from './records';
 
@@ -41,40 +42,35 @@ const CONCURRENCY = 16;
  * first start Temporal does not take, and the next pass begins again from the oldest.
  */
 export class PendingDeliverySweeper {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
-  /** A pass over every pending row was asked for while another pass ran. */
-  private allAfterThis = false;
-  private closed = false;
+  private readonly loop: Poller;
+  /** The next pass is over every pending row, whatever its age. */
+  private everyAge = false;
 
-  constructor(private readonly options: PendingSweeperOptions) {}
+  constructor(private readonly options: PendingSweeperOptions) {
+    this.loop = new Poller({
+      round: () => {
+        const everyAge = this.everyAge;
+        this.everyAge = false;
+        return this.sweep(everyAge ? 0 : undefined);
+      },
+      intervalMs: options.intervalMs,
+      onError: (error) => options.logger.warn({ err: error }, 'pending delivery sweep failed'),
+    });
+  }
 
-  /** Sweeps at once (an API that restarts picks up what it left unstarted), then every interval. */
+  /** Sweeps now (an API that restarts picks up what it left unstarted), then every interval, until close(). */
   begin(): void {
-    this.sweepInBackground();
-    this.timer = setInterval(() => this.sweepInBackground(), this.options.intervalMs);
-    this.timer.unref();
+    this.loop.start();
   }
 
   /**
-   * A pass now, over every pending row whatever its age (Temporal is back after an outage:
-   * what was recorded meanwhile goes out at once; a start that races the API's own is a no-op).
+   * A pass now (or right after the one running), over every pending row whatever its age:
+   * Temporal is back after an outage, and what was recorded meanwhile goes out at once (a
+   * start that races the API's own is a no-op).
    */
   sweepAllNow(): void {
-    if (this.running) this.allAfterThis = true;
-    else this.sweepInBackground(0);
-  }
-
-  private sweepInBackground(olderThanMs?: number): void {
-    this.running ??= this.sweep(olderThanMs)
-      .then(() => undefined)
-      .catch((error: unknown) => this.options.logger.warn({ err: error }, 'pending delivery sweep failed'))
-      .finally(() => {
-        this.running = null;
-        if (!this.allAfterThis || this.closed) return;
-        this.allAfterThis = false;
-        this.sweepInBackground(0);
-      });
+    this.everyAge = true;
+    this.loop.wake();
   }
 
   /** Starts the deliveries pending for longer than the threshold; returns how many it started (or found started). */
@@ -105,9 +101,7 @@ export class PendingDeliverySweeper {
     return swept;
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-    if (this.timer) clearInterval(this.timer);
-    while (this.running) await this.running;
+  close(): Promise<void> {
+    return this.loop.stop();
   }
 }
