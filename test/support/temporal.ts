@@ -67,7 +67,7 @@ export async function bundleProductionWorkflows(): Promise<void> {
  * by the first suite that asks for it in the run.
  */
 export async function productionWorkflowBundle(options: { traced?: boolean } = {}): Promise<WorkflowBundle> {
-  if (!options.traced) return { code: await readFile(path.join(workflowBundleDir(), PRODUCTION_BUNDLE), 'utf8') };
+  if (!options.traced) return { code: await readFile(productionWorkflowBundlePath(), 'utf8') };
   const file = path.join(workflowBundleDir(), TRACED_BUNDLE);
   const built = await readFile(file, 'utf8').catch(() => null);
   if (built !== null) return { code: built };
@@ -80,6 +80,11 @@ export async function productionWorkflowBundle(options: { traced?: boolean } = {
   await writeFile(`${file}.${process.pid}`, code);
   await rename(`${file}.${process.pid}`, file);
   return { code };
+}
+
+/** Where the production bundle is, for a worker process (WORKER_WORKFLOW_BUNDLE). */
+export function productionWorkflowBundlePath(): string {
+  return path.join(workflowBundleDir(), PRODUCTION_BUNDLE);
 }
 
 /** The pid of the run's development server (for CPU figures), or null when the run uses a server of its own. */
