@@ -218,6 +218,8 @@ export class DeliveryAttempts {
         return { kind: 'delivered', attempt: start.attempt, status: status ?? 200 };
       }
       this.deps.onEvent?.('attempt_failed');
+      // The last attempt's outcome dead-lettered the delivery; the dead-letter step after it finds it done.
+      if (recorded.exhausted) this.deps.onEvent?.('dead_lettered');
       this.deps.logger.info({ deliveryId: ref.deliveryId, attempt: start.attempt, error }, 'delivery attempt failed');
       if (liveness.signal.aborted) throw new CancelledFailure('The attempt was cancelled after its request was sent.');
       return { kind: 'failed', sent: recorded.sent, exhausted: recorded.exhausted, error: error ?? 'failed' };
