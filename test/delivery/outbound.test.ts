@@ -50,7 +50,7 @@ describe('outbound client against a real HTTPS receiver on loopback', () => {
     const r = await receive(() => ({ status: 200, body: 'ok thanks' }));
     const res = await client().post(`${r.url}/hooks/a?x=1`, { 'content-type': 'application/json', 'x-service-timestamp': '1' }, BODY);
 
-    expect(res).toEqual({ status: 200, body: Buffer.from('ok thanks'), truncated: false });
+    expect(res).toEqual({ status: 200, body: Buffer.from('ok thanks'), truncated: false, retryAfter: null });
     expect(r.requests).toHaveLength(1);
     expect(r.requests[0]).toMatchObject({ method: 'POST', path: '/hooks/a?x=1', rawBody: BODY });
     expect(r.requests[0]!.headers).toMatchObject({ 'content-type': 'application/json', 'x-service-timestamp': '1' });

@@ -105,7 +105,7 @@ export function listedQuery(k: Kysely<Tables>) {
 export function stoppedBy(organizationId: Expression<string>, endpointId: Expression<string>, eventType: Expression<string>) {
   return sql<boolean>`(exists (select 1 from kill_switches k where k.enabled and k.scope in (${GLOBAL_SCOPE}, ${organizationId}::text))
     or exists (select 1 from webhook_endpoints p where p.id = ${endpointId} and p.paused_at is not null
-      and not (p.pause_reason = ${FAILING_PAUSE} and ${eventType} = ${TEST_EVENT_TYPE})))`;
+      and (p.pause_reason is distinct from ${FAILING_PAUSE} or ${eventType} <> ${TEST_EVENT_TYPE})))`;
 }
 
 /** An endpoint the service paused because its deliveries kept failing: a test delivery still goes out, and its success lifts the pause. */

@@ -363,7 +363,15 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
         )
         .$call((q) => {
           if (!claim) return q.where('d.id', '=', p.deliveryId!).where('d.organization_id', '=', p.organizationId!).forUpdate('d');
-          return q.where('d.id', 'in', fairTurns(w, p)).forUpdate('d').skipLocked();
+          // The due conditions again on the row itself: a row another claim leased and committed
+          // after this statement's snapshot is re-checked at its lock, not taken twice.
+          return q
+            .where('d.id', 'in', fairTurns(w, p))
+            .where('d.status', 'in', OPEN_STATUSES)
+            .where('d.next_attempt_at', '<=', p.now)
+            .where((c) => c.or([c('d.lease_until', 'is', null), c('d.lease_until', '<', p.now)]))
+            .forUpdate('d')
+            .skipLocked();
         }),
     )
     .with('leased', (w) =>
