@@ -54,7 +54,8 @@ export class WorkflowStarts {
       this.markUp();
       return outcome;
     } catch (error) {
-      if (isUnreachable(error)) this.markDown();
+      // Even a missed deadline may be an outage (a dead server's calls wait for a connection): ask.
+      this.markDown();
       throw error;
     }
   }
@@ -135,10 +136,14 @@ function keyOf(ref: DeliveryRef, series?: number): string {
   return `${ref.deliveryId}/${series ?? 1}`;
 }
 
-/** gRPC's UNAVAILABLE (no connection to the server), anywhere in the error's causes; a missed deadline is not. */
+/**
+ * Whether a start failed for want of Temporal rather than for its slowness: anything but a
+ * missed deadline (gRPC DEADLINE_EXCEEDED anywhere in the error's causes, or a message that
+ * says so) counts as unreachable.
+ */
 export function isUnreachable(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    if ((e as { code?: unknown }).code === 14) return true;
+    if ((e as { code?: unknown }).code === 4 || /DEADLINE_EXCEEDED|deadline exceeded/i.test(String((e as { message?: unknown }).message ?? ''))) return false;
   }
-  return false;
+  return true;
 }
