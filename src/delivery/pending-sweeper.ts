@@ -3,6 +3,7 @@ import type { Logger } from '../config';
 import { Poller } from '../poller';
 import type { DeliveryMeta, DeliveryRef } from './contract';
 import type { DeliveryRecords } from './records';
+import { isUnreachable } from './workflow-starts';
 
 /** How the sweep starts a workflow: awaited, idempotent, and remembering which exist (TemporalDeliveryEngine). */
 export interface SweptStarts {
@@ -39,7 +40,8 @@ const CONCURRENCY = 16;
  * A pass reads every pending row past the threshold page by page (keyset, so rows whose
  * workflow already exists never fill a page and hide the rest) and starts them
  * CONCURRENCY at a time, skipping those this process already saw started; it stops at the
- * first start Temporal does not take, and the next pass begins again from the oldest.
+ * first start that finds Temporal unreachable (a missed deadline only skips that row), and
+ * the next pass begins again from the oldest.
  */
 export class PendingDeliverySweeper {
   private readonly loop: Poller;
@@ -85,12 +87,13 @@ export class PendingDeliverySweeper {
           const ref = { deliveryId: next.deliveryId, organizationId: next.organizationId, endpointId: next.endpointId, eventId: next.eventId };
           try {
             await engine.startAwaited(ref, { eventType: next.eventType, targetHost: new URL(next.url).host, ...(next.series > 1 && { series: next.series }) });
+            swept++;
           } catch (error) {
-            // Temporal did not take it: the rest of the pass would only wait for the same deadline.
+            // Unreachable: the rest of the pass would only fail the same way. Slow: the next pass tries it again.
+            if (!isUnreachable(error)) continue;
             queue.length = 0;
             throw error;
           }
-          swept++;
         }
       };
       await Promise.all(Array.from({ length: Math.min(CONCURRENCY, queue.length) }, startNext));

@@ -54,6 +54,7 @@ export class WorkflowStarts {
       this.markUp();
       return outcome;
     } catch (error) {
+      // Even a missed deadline may be an outage (a dead server's calls wait for a connection): ask.
       this.markDown();
       throw error;
     }
@@ -84,8 +85,11 @@ export class WorkflowStarts {
         try {
           await this.start(next.ref, next.meta);
         } catch (error) {
-          this.options.logger?.warn({ err: error, deliveryId: next.ref.deliveryId, left: this.queue.length }, 'could not start delivery workflows; the pending sweep starts them');
-          this.queue.length = 0;
+          // Unreachable: the rest would fail the same way, so the sweep gets them all. Slow (a
+          // missed deadline on a busy server): only this one is left to the sweep.
+          const unreachable = isUnreachable(error);
+          this.options.logger?.warn({ err: error, deliveryId: next.ref.deliveryId, left: unreachable ? this.queue.length : 0 }, 'could not start a delivery workflow; the pending sweep starts it');
+          if (unreachable) this.queue.length = 0;
         }
       }
     } finally {
@@ -130,4 +134,16 @@ export class WorkflowStarts {
 
 function keyOf(ref: DeliveryRef, series?: number): string {
   return `${ref.deliveryId}/${series ?? 1}`;
+}
+
+/**
+ * Whether a start failed for want of Temporal rather than for its slowness: anything but a
+ * missed deadline (gRPC DEADLINE_EXCEEDED anywhere in the error's causes, or a message that
+ * says so) counts as unreachable.
+ */
+export function isUnreachable(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    if ((e as { code?: unknown }).code === 4 || /DEADLINE_EXCEEDED|deadline exceeded/i.test(String((e as { message?: unknown }).message ?? ''))) return false;
+  }
+  return true;
 }
