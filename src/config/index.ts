@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 
 export { createLogger, type Logger } from './logger';
+export type { PortalConfig, PortalTheme } from './portal';
+import { portalConfig, type PortalConfig } from './portal';
 import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**
@@ -45,6 +47,8 @@ export interface Config {
   temporal: TemporalConfig | null;
   /** `npm run worker`: the port of its /metrics, /healthz and /readyz. */
   workerMetricsPort: number;
+  /** The customer portal (PORTAL_*). */
+  portal: PortalConfig;
 }
 
 export interface InternalServiceToken {
@@ -258,6 +262,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     temporal,
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
+    portal: portalConfig(env, problems),
   };
   if (env.DELIVERY_TEST_RETRY_INTERVAL_MS) {
     if (nodeEnv === 'test') config.delivery.retryIntervalMs = int('DELIVERY_TEST_RETRY_INTERVAL_MS', RETRY_INTERVAL_MS, 1, RETRY_INTERVAL_MS);

@@ -48,6 +48,7 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
                                               resend an endpoint's dead-lettered and failed deliveries of a
                                               window (at most 14 days), paced; --dry-run only counts them
   recovery         JOB_ID                     a recovery job: state, found, resent, started, finished
+  portal-session   create|revoke|revoke-all    customer-portal sessions (portal-session --help)
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).

@@ -7,6 +7,7 @@ import { clientWentAway, createListener, type RequestHandler } from './listener'
 import { createRpcHandler } from './rpc-handler';
 import { RestGateway } from './gateway';
 import { sendError } from './http-answer';
+import { PortalPages } from '../portal';
 import { createDependencies, type BuildOptions, type Deliveries, type Dependencies } from './dependencies';
 import { PUBLIC_SERVICES, httpRoutes, routerOptions, routes } from './routes';
 
@@ -65,6 +66,7 @@ export async function build(options: BuildOptions): Promise<BuiltApp> {
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     const route = plain.get(path);
     if (route && (!route.method || route.method === req.method)) return route.handle(req, res);
+    if (PortalPages.owns(path)) return deps.portal.pages.handle(req, res);
     if (path === '/api/v1' || path.startsWith('/api/v1/')) {
       const incoming = req.headers['x-request-id'];
       const requestId = requestIdFrom(typeof incoming === 'string' ? incoming : null);
