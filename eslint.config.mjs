@@ -4,7 +4,7 @@ import tseslint from 'typescript-eslint';
 import importX, { createNodeResolver } from 'eslint-plugin-import-x';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'src/gen/', '.tools/', '.data/', 'coverage/', 'dist/', 'jest.config.js'] },
+  { ignores: ['node_modules/', 'src/gen/', 'portal/dist/', '.tools/', '.data/', 'coverage/', 'dist/', 'jest.config.js'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
