@@ -14,5 +14,5 @@ export { issueApiKey, revokeApiKey, authenticate, hashKey, type IssuedKey } from
 export { PrincipalCache, PRINCIPAL_CHANNEL } from './principal-cache';
 export { createAuthGate, createAuthorizeInterceptor, type GateContext, type PortalAuthentication } from './interceptor';
 export { requireCustomer, requireInternalService, requireTenant } from './require';
-export { createOrganization, createUser, isPlan, isRole, setMonthlyDeliveryQuota } from './identity';
+export { createOrganization, createUser, developmentOrganization, isPlan, isRole, setMonthlyDeliveryQuota } from './identity';
 export { accessOf } from './access';

@@ -14,7 +14,7 @@ import { loadConfig } from '../config';
 import { isUuid } from '../db';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { PortalService, type PortalSession } from '../gen/publishing/internal/v1/portal_service_pb';
-import type { CliIo } from './cli';
+import type { CliIo } from '../command-line';
 
 export const PORTAL_COMMAND = 'portal-session';
 

@@ -13,7 +13,7 @@ import { endpointStatistics } from '../delivery';
 import type { EntityManager } from '../db';
 import { apiError } from '../errors';
 import { EVENT_CATALOG } from './catalog';
-import { organizationEndpoint } from './endpoints';
+import { organizationEndpoint } from '../endpoints';
 
 /** The statistics' periods and their length. */
 export const STATISTICS_PERIODS = { '24h': 86_400_000, '7d': 7 * 86_400_000, '30d': 30 * 86_400_000 } as const;
