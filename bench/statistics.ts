@@ -66,24 +66,25 @@ async function main(): Promise<number> {
     }
     log(`statistics: inserting ${HISTORY_ROWS.toLocaleString('en-US')} deliveries over ${ENDPOINTS} endpoints and their attempts`);
     const started = performance.now();
-    await em.execute(
+    const pg = new Client({ connectionString: url.toString() });
+    await pg.connect();
+    await pg.query(
       `insert into webhook_deliveries ${DELIVERY_COLUMNS}
-       select gen_random_uuid(), ?::uuid, e.id, e.evt, 'webhook.test', '{}', e.status, e.attempts, null,
+       select gen_random_uuid(), $1::uuid, e.id, e.evt, 'webhook.test', '{}', e.status, e.attempts, null,
               case when e.status = 'delivered' then null else 'The endpoint answered HTTP 500.' end,
               case when e.status = 'delivered' then 200 else 500 end,
               'webhook-delivery/' || e.evt, null,
               case when e.status = 'delivered' then e.at + interval '200 milliseconds' else null end,
               e.at, e.at + interval '1 second'
-         from (select (?::uuid[])[1 + g % ${ENDPOINTS}] as id, 'evt_hist' || lpad(g::text, 8, '0') as evt,
+         from (select ($2::uuid[])[1 + g % ${ENDPOINTS}] as id, 'evt_hist' || lpad(g::text, 8, '0') as evt,
                       case when g % 50 = 0 then 'dead_lettered' when g % 20 = 0 then 'failed' else 'delivered' end as status,
                       case when g % 50 = 0 then 8 else 1 + (g % 3) end as attempts,
                       now() - interval '1 hour' - g * interval '8 seconds' as at
-                 from generate_series(1, ?::int) g) e`,
+                 from generate_series(1, $3::int) g) e`,
       [organization.id, endpointIds, HISTORY_ROWS],
-      'run',
     );
     // Every attempt but the last failed with a 500; the last answered as the delivery's status says.
-    await em.execute(
+    await pg.query(
       `insert into delivery_attempts (delivery_id, series, attempt, started_at, dispatched_at, finished_at, response_status, error, error_class)
        select d.id, 1, n, d.created_at + (n - 1) * interval '30 seconds', d.created_at + (n - 1) * interval '30 seconds',
               d.created_at + (n - 1) * interval '30 seconds' + (20 + (hashtext(d.event_id) & 255)) * interval '1 millisecond',
@@ -91,10 +92,10 @@ async function main(): Promise<number> {
               case when n = d.attempt_count and d.status = 'delivered' then null else 'The endpoint answered HTTP 500.' end,
               case when n = d.attempt_count and d.status = 'delivered' then null else 'http_status' end
          from webhook_deliveries d cross join lateral generate_series(1, d.attempt_count) n`,
-      [],
-      'run',
     );
-    await em.execute('analyze webhook_deliveries; analyze delivery_attempts', [], 'run');
+    await pg.query('analyze webhook_deliveries');
+    await pg.query('analyze delivery_attempts');
+    await pg.end();
     const [{ attempts } = { attempts: 0 }] = await em.execute<{ attempts: number }[]>('select count(*)::int as attempts from delivery_attempts');
     log(`  inserted in ${((performance.now() - started) / 1000).toFixed(1)} s (${attempts.toLocaleString('en-US')} attempts)`);
 

@@ -299,7 +299,7 @@ function temporalUi(env: NodeJS.ProcessEnv): TemporalUi | null {
   return url === null ? null : { url, namespace: env.TEMPORAL_NAMESPACE || 'default' };
 }
 
-function operatorUrl(env: NodeJS.ProcessEnv): string {
+export function operatorUrl(env: NodeJS.ProcessEnv): string {
   return httpUrlOf(env, 'OPERATOR_URL') ?? DEFAULT_URL;
 }
 
@@ -317,7 +317,7 @@ function httpUrlOf(env: NodeJS.ProcessEnv, name: string): string | null {
   return raw.replace(/\/+$/, '');
 }
 
-function operatorToken(env: NodeJS.ProcessEnv): string {
+export function operatorToken(env: NodeJS.ProcessEnv): string {
   // Read through the configuration so the development default stays defined in one place.
   const token = env.OPERATOR_TOKEN || loadConfig(env).operatorToken;
   if (token.startsWith('pk_live_')) {
@@ -338,7 +338,7 @@ function operatorClient(baseUrl: string, token: string): OperatorClient {
 }
 
 /** The stable code: the ErrorInfo reason the service attaches, else the Connect code (e.g. UNAVAILABLE). */
-function codeOf(error: ConnectError): string {
+export function codeOf(error: ConnectError): string {
   const reason = error.findDetails(ErrorInfoSchema)[0]?.reason;
   if (reason) return reason;
   return (Code[error.code] ?? 'UNKNOWN').replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase();

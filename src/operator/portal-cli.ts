@@ -1,20 +1,17 @@
 /**
  * `npm run operator -- portal-session <create|revoke|revoke-all>`: mints and revokes
  * customer-portal sessions through publishing.internal.v1.PortalService, with the operator
- * credential, at OPERATOR_URL (as the rest of the operator CLI). The minted link is printed
+ * credential, at OPERATOR_URL, as the rest of the operator CLI. The minted link is printed
  * for the operator to hand over; the service keeps only its hash.
  *
  * Exit codes as the operator CLI's: 0 done, 1 refused or unreachable, 2 bad usage.
  */
-import { parseArgs } from 'node:util';
 import { timestampDate, type Timestamp } from '@bufbuild/protobuf/wkt';
-import { Code, ConnectError, createClient, type Interceptor } from '@connectrpc/connect';
+import { ConnectError, createClient, type Interceptor } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
-import { loadConfig } from '../config';
-import { isUuid } from '../db';
-import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
+import { idOption, optionText, runCommandLine, UsageError, type CliIo, type CommandLine } from '../command-line';
 import { PortalService, type PortalSession } from '../gen/publishing/internal/v1/portal_service_pb';
-import type { CliIo } from '../command-line';
+import { codeOf, operatorToken, operatorUrl } from './cli';
 
 export const PORTAL_COMMAND = 'portal-session';
 
@@ -29,30 +26,16 @@ const USAGE = `usage: npm run operator -- portal-session <command> [options] [--
 environment: OPERATOR_URL (default http://localhost:8080), OPERATOR_TOKEN (default: the development token)
 `;
 
-class UsageError extends Error {}
+const OPTIONS = {
+  org: { type: 'string' },
+  session: { type: 'string' },
+  hours: { type: 'string' },
+  capabilities: { type: 'string' },
+  endpoint: { type: 'string', multiple: true },
+} as const;
 
-function parse(argv: string[]) {
-  return parseArgs({
-    args: argv,
-    allowPositionals: true,
-    strict: true,
-    options: {
-      json: { type: 'boolean' },
-      help: { type: 'boolean' },
-      org: { type: 'string' },
-      session: { type: 'string' },
-      hours: { type: 'string' },
-      capabilities: { type: 'string' },
-      endpoint: { type: 'string', multiple: true },
-    },
-  });
-}
-
-function uuid(value: string | undefined, name: string): string {
-  if (!value) throw new UsageError(`--${name} is required`);
-  if (!isUuid(value)) throw new UsageError(`--${name} must be an id (uuid), got "${value}"`);
-  return value.toLowerCase();
-}
+type PortalClient = ReturnType<typeof createClient<typeof PortalService>>;
+type Output = { json: unknown; text: string };
 
 function hours(value: string | undefined): number {
   if (value === undefined) return 24;
@@ -70,71 +53,71 @@ function sessionText(session: PortalSession | undefined): string {
   ].join('\n');
 }
 
-function baseUrl(env: NodeJS.ProcessEnv): string {
-  const raw = env.OPERATOR_URL || 'http://localhost:8080';
-  if (!/^https?:\/\//.test(raw)) throw new UsageError(`OPERATOR_URL must be an http(s) URL, got "${raw}"`);
-  return raw.replace(/\/+$/, '');
+/** Everything a usage mistake can be is found here, before anything is sent. */
+function prepare({ positionals, values }: CommandLine<typeof OPTIONS>, url: string): (portal: PortalClient) => Promise<Output> {
+  const [command, ...extra] = positionals;
+  if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
+  const organizationId = idOption(values, 'org', true);
+  if (command === 'create') {
+    const request = {
+      organizationId,
+      lifetimeSeconds: hours(optionText(values, 'hours')) * 3600,
+      capabilities: (optionText(values, 'capabilities') ?? '').split(',').map((c) => c.trim()).filter(Boolean),
+      endpointIds: (values.endpoint ?? []).map((e) => idOption({ endpoint: e }, 'endpoint', true)),
+    };
+    return async (portal) => {
+      const answer = await portal.createPortalSession(request);
+      const link = `${url}${answer.startPath}`;
+      const expiresAt = answer.session?.expiresAt ? timestampDate(answer.session.expiresAt).toISOString() : null;
+      return { json: { sessionId: answer.session?.id, expiresAt, link }, text: `${sessionText(answer.session)}\nlink (works once): ${link}\n` };
+    };
+  }
+  if (command === 'revoke') {
+    const sessionId = idOption(values, 'session', true);
+    return async (portal) => {
+      const answer = await portal.revokePortalSession({ organizationId, sessionId });
+      return { json: { sessionId: answer.session?.id, revoked: true }, text: `${sessionText(answer.session)}\n` };
+    };
+  }
+  if (command === 'revoke-all') {
+    return async (portal) => {
+      const answer = await portal.revokePortalSessions({ organizationId });
+      return { json: { revoked: answer.revoked }, text: `revoked ${answer.revoked} session(s)\n` };
+    };
+  }
+  throw new UsageError(`unknown command ${command}`);
 }
 
 /** Runs one portal-session command (argv starts after `portal-session`) and returns the exit code. */
-export async function portalSessionMain(argv: string[], io: CliIo): Promise<number> {
-  let run: () => Promise<{ json: unknown; text: string }>;
-  let json: boolean;
-  try {
-    const { positionals, values } = parse(argv);
-    json = values.json ?? false;
-    if (values.help) {
-      io.stdout.write(USAGE);
-      return 0;
-    }
-    const url = baseUrl(io.env);
-    const token = io.env.OPERATOR_TOKEN || loadConfig(io.env).operatorToken;
-    const authorize: Interceptor = (next) => async (req) => {
-      req.header.set('authorization', `Bearer ${token}`);
-      return next(req);
-    };
-    const portal = createClient(PortalService, createConnectTransport({ baseUrl: url, httpVersion: '1.1', interceptors: [authorize], defaultTimeoutMs: 30_000 }));
-    const organizationId = uuid(values.org, 'org');
-    const [command, ...extra] = positionals;
-    if (extra.length > 0) throw new UsageError(`unexpected ${extra.join(' ')}`);
-    if (command === 'create') {
-      const request = {
-        organizationId,
-        lifetimeSeconds: hours(values.hours) * 3600,
-        capabilities: (values.capabilities ?? '').split(',').map((c) => c.trim()).filter(Boolean),
-        endpointIds: (values.endpoint ?? []).map((e) => uuid(e, 'endpoint')),
-      };
-      run = async () => {
-        const answer = await portal.createPortalSession(request);
-        const link = `${url}${answer.startPath}`;
-        return { json: { sessionId: answer.session?.id, expiresAt: answer.session?.expiresAt && timestampDate(answer.session.expiresAt).toISOString(), link }, text: `${sessionText(answer.session)}\nlink (works once): ${link}\n` };
-      };
-    } else if (command === 'revoke') {
-      const sessionId = uuid(values.session, 'session');
-      run = async () => {
-        const answer = await portal.revokePortalSession({ organizationId, sessionId });
-        return { json: { sessionId: answer.session?.id, revoked: true }, text: `${sessionText(answer.session)}\n` };
-      };
-    } else if (command === 'revoke-all') {
-      run = async () => {
-        const answer = await portal.revokePortalSessions({ organizationId });
-        return { json: { revoked: answer.revoked }, text: `revoked ${answer.revoked} session(s)\n` };
-      };
-    } else throw new UsageError(command ? `unknown command ${command}` : 'a command is required');
-  } catch (error) {
-    // parseArgs refuses unknown options with a TypeError that has a code.
-    const usage = error instanceof UsageError || (error instanceof TypeError && 'code' in error);
-    io.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n${usage ? `\n${USAGE}` : ''}`);
-    return usage ? 2 : 1;
-  }
-  try {
-    const output = await run();
-    io.stdout.write(json ? `${JSON.stringify(output.json)}\n` : output.text);
-    return 0;
-  } catch (caught) {
-    const error = ConnectError.from(caught);
-    const code = error.findDetails(ErrorInfoSchema)[0]?.reason ?? (Code[error.code] ?? 'UNKNOWN').toUpperCase();
-    io.stderr.write(json ? `${JSON.stringify({ code, message: error.rawMessage })}\n` : `operator: ${code}: ${error.rawMessage}\n`);
-    return 1;
-  }
+export function portalSessionMain(argv: string[], io: CliIo): Promise<number> {
+  return runCommandLine(
+    {
+      name: 'operator',
+      usage: USAGE,
+      options: OPTIONS,
+      run: async (commandLine) => {
+        const url = operatorUrl(io.env);
+        const call = prepare(commandLine, url);
+        const token = operatorToken(io.env);
+        const authorize: Interceptor = (next) => async (req) => {
+          req.header.set('authorization', `Bearer ${token}`);
+          return next(req);
+        };
+        const portal = createClient(PortalService, createConnectTransport({ baseUrl: url, httpVersion: '1.1', interceptors: [authorize], defaultTimeoutMs: 30_000 }));
+        const json = Boolean(commandLine.values.json);
+        try {
+          const output = await call(portal);
+          io.stdout.write(json ? `${JSON.stringify(output.json)}\n` : output.text);
+          return 0;
+        } catch (caught) {
+          const error = ConnectError.from(caught);
+          const code = codeOf(error);
+          io.stderr.write(json ? `${JSON.stringify({ code, message: error.rawMessage })}\n` : `operator: ${code}: ${error.rawMessage}\n`);
+          return 1;
+        }
+      },
+    },
+    argv,
+    io,
+  );
 }

@@ -47,6 +47,7 @@ it('refuses bad usage before calling, and says what the service refused', async 
   const refused = await portal(['create', '--org', tenant.organizationId, '--capabilities', 'admin']);
   expect(refused.status).toBe(1);
   expect(refused.stderr).toContain('PORTAL_CAPABILITY_INVALID');
-  const customer = await portal(['revoke-all', '--org', tenant.organizationId], { OPERATOR_TOKEN: tenant.apiKey });
-  expect([customer.status, customer.stderr.includes('INTERNAL_CREDENTIAL_REQUIRED')]).toEqual([1, true]);
+  const internal = await portal(['revoke-all', '--org', tenant.organizationId], { OPERATOR_TOKEN: 'not-the-operator-token-0123456789abcdef' });
+  expect([internal.status, internal.stderr.includes('INTERNAL_CREDENTIAL_REQUIRED')]).toEqual([1, true]);
+  expect((await portal(['revoke-all', '--org', tenant.organizationId], { OPERATOR_TOKEN: tenant.apiKey })).status).toBe(2);
 });
