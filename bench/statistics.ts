@@ -9,7 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
-import { ensureServiceRoles, migrate, openDatabase } from '../src/db';
+import { databaseAt, ensureServiceRoles, migrate, openDatabase } from '../src/db';
 import { createOrganization } from '../src/auth';
 import { insertEndpoint } from '../src/endpoints';
 import { statisticsAnswer, STATISTICS_PERIODS } from '../src/webhooks/insight';
@@ -43,7 +43,7 @@ async function main(): Promise<number> {
   });
   const url = new URL(ADMIN_URL);
   url.pathname = `/${NAME}`;
-  const orm = await openDatabase(url.toString(), { pool: { min: 0, max: 2 } });
+  const orm = await openDatabase(databaseAt(url.toString()), { pool: { min: 0, max: 2 } });
   try {
     await migrate(orm);
     const em = orm.em.fork();
