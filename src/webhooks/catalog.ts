@@ -110,13 +110,28 @@ export const EVENT_CATALOG: readonly EventTypeEntry[] = [
   {
     name: 'webhook.endpoint.paused',
     description: "One of the organization's other endpoints was paused (an endpoint is never told of its own pause).",
-    schema: object('The paused endpoint.', { endpointId: id, url: { type: 'string', format: 'uri' }, pausedAt: instant }),
+    schema: object(
+      'The paused endpoint; paused by the service after failing, also why, since when, and whether it answered 410 Gone.',
+      {
+        endpointId: id,
+        url: { type: 'string', format: 'uri' },
+        pausedAt: instant,
+        reason: { type: 'string', enum: ['failing'] },
+        failingSince: instant,
+        gone: { type: 'boolean' },
+      },
+      ['reason', 'failingSince', 'gone'],
+    ),
     example: { endpointId: ENDPOINT_EXAMPLE, url: 'https://hooks.example.com/publishing', pausedAt: '2026-11-21T10:00:00.000Z' },
   },
   {
     name: 'webhook.endpoint.resumed',
     description: "One of the organization's other endpoints was resumed; its held deliveries go out.",
-    schema: object('The resumed endpoint.', { endpointId: id, url: { type: 'string', format: 'uri' }, resumedAt: instant }),
+    schema: object(
+      'The resumed endpoint; lifted by a delivered test, also why.',
+      { endpointId: id, url: { type: 'string', format: 'uri' }, resumedAt: instant, reason: { type: 'string', enum: ['test_delivered'] } },
+      ['reason'],
+    ),
     example: { endpointId: ENDPOINT_EXAMPLE, url: 'https://hooks.example.com/publishing', resumedAt: '2026-11-21T11:00:00.000Z' },
   },
   {
