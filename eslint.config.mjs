@@ -6,7 +6,7 @@ import importX, { createNodeResolver } from 'eslint-plugin-import-x';
 import { cyclesPlugin } from './eslint/cycles.mjs';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'src/gen/', '.tools/', '.data/', 'coverage/', 'dist/', 'jest.config.js'] },
+  { ignores: ['node_modules/', 'src/gen/', 'portal/dist/', '.tools/', '.data/', 'coverage/', 'dist/', 'jest.config.js'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -33,6 +33,15 @@ if [ ! -f "$gen_stamp" ] || [ -n "$(find "${gen_inputs[@]}" -newer "$gen_stamp" 
   touch "$gen_stamp"
 fi
 
+# The customer portal's page (portal/, served at /portal): built with Vite when missing or
+# older than its sources, as generated code is, so `npm start` and the tests serve the
+# page of this checkout. The build output is not committed.
+portal_stamp="$root/portal/dist/.stamp"
+if [ ! -f "$portal_stamp" ] || [ -n "$(find "$root/portal/src" "$root/portal/index.html" "$root/portal/vite.config.mts" "$root/package-lock.json" -newer "$portal_stamp" -print -quit)" ]; then
+  (cd "$root" && vite build --config portal/vite.config.mts >&2)
+  touch "$portal_stamp"
+fi
+
 # The CLIs run as compiled JavaScript (starting in a fraction of the time a TypeScript
 # compile at every call takes): rebuild when a source is newer than the build. Only this
 # package's code is bundled, and "sideEffects": false lets the bundle leave out the modules

@@ -1,5 +1,5 @@
 import { ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
-import { accessOf, principalKey } from '../auth';
+import { accessOf, auditActorOf, principalKey } from '../auth';
 import { entityManagerKey, type EntityManager } from '../db';
 import { requestIdKey } from '../context';
 import { errorInfoOf, ERRORS } from '../errors';
@@ -60,7 +60,7 @@ export function createAuditInterceptor(logger: Logger): Interceptor {
     const action = accessOf(req.method).auditAction;
     const principal = req.contextValues.get(principalKey);
     const em = req.contextValues.get(entityManagerKey);
-    if (!action || principal?.kind !== 'customer' || !em) return next(req);
+    if (!action || (principal?.kind !== 'customer' && principal?.kind !== 'portal') || !em) return next(req);
 
     const call: AuditedCall = {
       targetId: null,
@@ -68,9 +68,7 @@ export function createAuditInterceptor(logger: Logger): Interceptor {
       recorded: false,
       entry(outcome, reason) {
         return {
-          organizationId: principal.organizationId,
-          actorUserId: principal.userId,
-          apiKeyId: principal.apiKeyId,
+          ...auditActorOf(principal),
           action,
           targetId: call.targetId,
           outcome,

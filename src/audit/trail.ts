@@ -6,6 +6,8 @@ export interface AuditEntry {
   organizationId: string | null;
   actorUserId: string | null;
   apiKeyId: string | null;
+  /** The portal session that acted (then no user or key did). */
+  portalSessionId?: string | null;
   action: string;
   targetId: string | null;
   outcome: AuditOutcome;
@@ -18,12 +20,13 @@ export interface AuditEntry {
 /** Appends one event; the table refuses updates and deletes, so this is the only write. */
 export async function appendAuditEvent(em: EntityManager, entry: AuditEntry): Promise<void> {
   await em.execute(
-    `insert into audit_events (organization_id, actor_user_id, api_key_id, action, target_id, outcome, reason, request_id, details)
-     values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `insert into audit_events (organization_id, actor_user_id, api_key_id, portal_session_id, action, target_id, outcome, reason, request_id, details)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       entry.organizationId,
       entry.actorUserId,
       entry.apiKeyId,
+      entry.portalSessionId ?? null,
       entry.action,
       entry.targetId,
       entry.outcome,

@@ -5,7 +5,7 @@ import { apiError } from '../errors';
 import { accessOf } from './access';
 import { authenticate } from './api-keys';
 import { ROLE_PERMISSIONS, isPermission } from './permissions';
-import { principalKey } from './principal';
+import { principalKey, type PortalPrincipal } from './principal';
 import type { PrincipalCache } from './principal-cache';
 
 export interface AuthOptions {
@@ -19,6 +19,20 @@ export interface AuthOptions {
   internalTokens: readonly { name: string; token: string }[];
   /** Authenticated keys kept between calls; every call looks its key up without it. */
   principals?: PrincipalCache;
+  /** Services that take the operator credential as well as an internal one (portal sessions). */
+  operatorOrInternalServices?: readonly string[];
+  /** Authenticates a customer-portal cookie; without it, cookies are not read. */
+  portal?: PortalAuthentication;
+}
+
+/**
+ * The portal's cookie authentication (src/portal): the session's principal, or the
+ * refusal's code. Called when a call carries no Authorization header.
+ */
+export interface PortalAuthentication {
+  /** Whether the request carries the portal's session cookie at all. */
+  carriesCookie(cookieHeader: string | null): boolean;
+  authenticate(em: Parameters<typeof authenticate>[0], cookieHeader: string | null, csrfHeader: string | null): Promise<PortalPrincipal>;
 }
 
 function bearerOf(header: string | null): string | null {
@@ -70,11 +84,22 @@ export function createAuthGate(options: AuthOptions): (ctx: GateContext) => Prom
     }
     if (options.internalServices.includes(service)) {
       const name = internalServiceOf(presented, options.internalTokens);
+      if (name === null && presented && options.operatorOrInternalServices?.includes(service) && sameSecret(presented, options.operatorToken)) {
+        ctx.values.set(principalKey, { kind: 'operator' });
+        return;
+      }
       if (name === null) throw apiError('INTERNAL_CREDENTIAL_REQUIRED', 'An internal service credential is required.');
       ctx.values.set(principalKey, { kind: 'internal', name });
       return;
     }
 
+    const cookie = ctx.requestHeader.get('cookie');
+    if (!ctx.requestHeader.get('authorization') && options.portal?.carriesCookie(cookie)) {
+      const em = ctx.values.get(entityManagerKey);
+      if (!em) throw new Error('request context has no EntityManager');
+      ctx.values.set(principalKey, await options.portal.authenticate(em, cookie, ctx.requestHeader.get('x-csrf-token')));
+      return;
+    }
     if (!ctx.requestHeader.get('authorization')) {
       throw apiError('AUTHENTICATION_REQUIRED', 'An API key is required: send "Authorization: Bearer <key>".');
     }
@@ -100,6 +125,7 @@ export function createAuthGate(options: AuthOptions): (ctx: GateContext) => Prom
 export function createAuthorizeInterceptor(): Interceptor {
   return (next) => async (req) => {
     const principal = req.contextValues.get(principalKey);
+    if (principal?.kind === 'portal') return authorizePortal(principal, req, next);
     if (principal?.kind !== 'customer') return next(req);
     const permission = accessOf(req.method).permission;
     if (!isPermission(permission)) {
@@ -115,4 +141,38 @@ export function createAuthorizeInterceptor(): Interceptor {
     }
     return next(req);
   };
+}
+
+/** The request field that names an endpoint on the webhook routes. */
+const ENDPOINT_FIELD = 'id';
+
+/**
+ * A portal session may call an RPC whose access rule names a capability it holds. Narrowed
+ * to endpoints, it may name only those (another is answered as an unknown endpoint, as
+ * another organization's is), and it may change nothing that names no endpoint (create).
+ * Without the `secrets` capability, a secret minted by the call is not shown.
+ */
+type Next = Parameters<Interceptor>[0];
+
+async function authorizePortal(principal: PortalPrincipal, req: Parameters<Next>[0], next: Next): ReturnType<Next> {
+  const capability = accessOf(req.method).portalCapability;
+  if (!capability || !principal.capabilities.includes(capability)) {
+    throw apiError('PERMISSION_DENIED', `This portal session may not call ${req.method.name}.`, {
+      metadata: { capability: capability || 'none' },
+    });
+  }
+  if (principal.endpointIds !== null) {
+    const field = req.method.input.field[ENDPOINT_FIELD];
+    if (field) {
+      const id = req.stream ? '' : String((req.message as Record<string, unknown>)[field.localName] ?? '');
+      if (!principal.endpointIds.includes(id)) throw apiError('WEBHOOK_NOT_FOUND', `No webhook endpoint ${id.slice(0, 64)} in this organization.`);
+    } else if (capability !== 'read') {
+      throw apiError('PERMISSION_DENIED', `A portal session narrowed to endpoints may not call ${req.method.name}.`);
+    }
+  }
+  const res = await next(req);
+  if (!res.stream && !principal.capabilities.includes('secrets') && 'signingSecret' in res.message) {
+    (res.message as { signingSecret: string }).signingSecret = '';
+  }
+  return res;
 }

@@ -21,6 +21,39 @@ export interface InternalServicePrincipal {
   name: string;
 }
 
-export type Principal = CustomerPrincipal | OperatorPrincipal | InternalServicePrincipal;
+/**
+ * A person in the customer portal: a portal session of one organization, allowed what its
+ * capabilities name (the `portal_capability` of each RPC's access rule) and, when
+ * `endpointIds` is set, only on those endpoints.
+ */
+export interface PortalPrincipal {
+  kind: 'portal';
+  organizationId: string;
+  sessionId: string;
+  capabilities: readonly string[];
+  endpointIds: readonly string[] | null;
+}
+
+/** A caller acting for one organization: an API key or a portal session. */
+export type TenantPrincipal = CustomerPrincipal | PortalPrincipal;
+
+export type Principal = CustomerPrincipal | PortalPrincipal | OperatorPrincipal | InternalServicePrincipal;
+
+/** Who the audit trail names for a tenant's call: the key and its user, or the portal session. */
+export function auditActorOf(principal: TenantPrincipal): {
+  organizationId: string;
+  actorUserId: string | null;
+  apiKeyId: string | null;
+  portalSessionId: string | null;
+} {
+  return principal.kind === 'customer'
+    ? { organizationId: principal.organizationId, actorUserId: principal.userId, apiKeyId: principal.apiKeyId, portalSessionId: null }
+    : { organizationId: principal.organizationId, actorUserId: null, apiKeyId: null, portalSessionId: principal.sessionId };
+}
+
+/** How records written for a tenant (a recovery job's requester) name who asked. */
+export function requesterOf(principal: TenantPrincipal): string {
+  return principal.kind === 'customer' ? `user:${principal.userId}` : `portal:${principal.sessionId}`;
+}
 
 export const principalKey = createContextKey<Principal | null>(null, { description: 'principal' });

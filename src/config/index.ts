@@ -6,6 +6,8 @@ import { tracingConfig } from './tracing';
 export type { WorkerConfig } from './worker';
 import { workerConfig, type WorkerConfig } from './worker';
 import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../workflows/policy';
+export type { PortalConfig, PortalTheme } from './portal';
+import { portalConfig, type PortalConfig } from './portal';
 
 /**
  * Configuration from the environment, validated once at start. Development
@@ -52,6 +54,8 @@ export interface Config {
   worker: WorkerConfig;
   /** OpenTelemetry traces, from the standard OTEL_* variables (config/tracing.ts); null: off. */
   tracing: TracingConfig | null;
+  /** The customer portal (PORTAL_*). */
+  portal: PortalConfig;
 }
 
 export interface InternalServiceToken {
@@ -290,6 +294,7 @@ export function loadConfig(env: Env = process.env): Config {
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
     worker: workerConfig(env, int, problems, attemptTimeoutMs),
     tracing: tracingConfig(env, problems),
+    portal: portalConfig(env, problems),
   };
   // An attempt beyond the receiver's connections would wait for one of ours, holding its endpoint's turn unsent.
   if (config.delivery.endpointConcurrency > config.delivery.connectionsPerEndpoint) {

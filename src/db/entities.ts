@@ -369,9 +369,35 @@ export const AuditEventSchema = defineEntity({
     reason: p.text().nullable(),
     requestId: p.text().nullable(),
     details: p.json<Record<string, unknown>>(),
+    /** The portal session that acted, when one did (no user or key then). */
+    portalSessionId: p.uuid().nullable(),
   },
 });
 export type AuditEvent = InferEntity<typeof AuditEventSchema>;
+
+/**
+ * Scoped, short-lived access to the customer portal for one organization. The token is
+ * exchanged once for a cookie; only the SHA-256 of each is kept.
+ */
+export const PortalSessionSchema = defineEntity({
+  name: 'PortalSession',
+  tableName: 'portal_sessions',
+  properties: {
+    id: id(),
+    organizationId: p.uuid(),
+    tokenHash: p.text(),
+    cookieHash: p.text().nullable(),
+    capabilities: p.array(),
+    /** Null: every endpoint of the organization. */
+    endpointIds: p.array().nullable(),
+    createdBy: p.text(),
+    createdAt: p.datetime().onCreate(() => new Date()),
+    expiresAt: p.datetime(),
+    exchangedAt: p.datetime().nullable(),
+    revokedAt: p.datetime().nullable(),
+  },
+});
+export type PortalSession = InferEntity<typeof PortalSessionSchema>;
 
 export const ENTITIES = [
   OrganizationSchema,
@@ -390,4 +416,5 @@ export const ENTITIES = [
   AuditEventSchema,
   EventSchema,
   RecoveryJobSchema,
+  PortalSessionSchema,
 ];

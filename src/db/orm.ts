@@ -14,6 +14,7 @@ import { Migration20261126000000DeliveryRecovery } from './migrations/Migration2
 import { Migration20261126000000EndpointPause } from './migrations/Migration20261126000000EndpointPause';
 import { Migration20261126000000SigningSchemes } from './migrations/Migration20261126000000SigningSchemes';
 import { Migration20261127100000EndpointTurns } from './migrations/Migration20261127100000EndpointTurns';
+import { Migration20261127200000PortalSessions } from './migrations/Migration20261127200000PortalSessions';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -30,6 +31,7 @@ const MIGRATIONS = [
   { name: 'Migration20261126000000EndpointPause', class: Migration20261126000000EndpointPause },
   { name: 'Migration20261126000000SigningSchemes', class: Migration20261126000000SigningSchemes },
   { name: 'Migration20261127100000EndpointTurns', class: Migration20261127100000EndpointTurns },
+  { name: 'Migration20261127200000PortalSessions', class: Migration20261127200000PortalSessions },
 ];
 
 /**

@@ -39,3 +39,4 @@ export { TemporalDeliveryEngine, createTemporalClient, DELIVERY_SEARCH_ATTRIBUTE
 export { workflowIdFor, workflowIdParts, workflowUiLink, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';
+export { endpointStatistics, type EndpointStatistics } from './statistics';

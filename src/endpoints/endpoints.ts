@@ -64,9 +64,26 @@ const laterPage = new CompiledStatement(
  * list only shows them, and hydrating them as entities into the unit of work was a sixth of
  * the list call's CPU (bench/README.md, List).
  */
-export async function endpointsPage(em: EntityManager, organizationId: string, cursor: Cursor | null, limit: number): Promise<ListedEndpoint[]> {
+export async function endpointsPage(
+  em: EntityManager,
+  organizationId: string,
+  cursor: Cursor | null,
+  limit: number,
+  only: readonly string[] | null = null,
+): Promise<ListedEndpoint[]> {
+  if (only) return narrowedPage(db(em), organizationId, cursor, limit, only);
   if (!cursor) return firstPage.execute(db(em), { organizationId, limit });
   return laterPage.execute(db(em), { organizationId, at: new Date(cursor.at), id: cursor.id, limit });
+}
+
+/** The page of a caller that sees only some endpoints (a narrowed portal session): rare, so built per call. */
+function narrowedPage(k: Kysely<Tables>, organizationId: string, cursor: Cursor | null, limit: number, only: readonly string[]): Promise<ListedEndpoint[]> {
+  let query = pageQuery(k, organizationId).where('id', 'in', only.filter(isUuid));
+  if (cursor) {
+    const at = new Date(cursor.at);
+    query = query.where((eb) => eb.or([eb('created_at', '>', at), eb.and([eb('created_at', '=', at), eb('id', '>', cursor.id)])]));
+  }
+  return query.limit(limit).execute();
 }
 
 /** A new endpoint's row, as createWebhook writes it. */

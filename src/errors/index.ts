@@ -38,6 +38,17 @@ export const ERRORS = {
   OPERATOR_CREDENTIAL_REQUIRED: [Code.Unauthenticated, 401],
   INTERNAL_CREDENTIAL_REQUIRED: [Code.Unauthenticated, 401],
 
+  // Customer portal sessions
+  PORTAL_SESSION_INVALID: [Code.Unauthenticated, 401],
+  PORTAL_SESSION_EXPIRED: [Code.Unauthenticated, 401],
+  PORTAL_SESSION_REVOKED: [Code.Unauthenticated, 401],
+  PORTAL_TOKEN_USED: [Code.Unauthenticated, 401],
+  CSRF_TOKEN_INVALID: [Code.PermissionDenied, 403],
+  PORTAL_SESSION_LIFETIME_INVALID: [Code.InvalidArgument, 400],
+  PORTAL_CAPABILITY_INVALID: [Code.InvalidArgument, 400],
+  PORTAL_ENDPOINTS_INVALID: [Code.InvalidArgument, 400],
+  PORTAL_SESSION_NOT_FOUND: [Code.NotFound, 404],
+
   // Connections
   CAPABILITY_UNSUPPORTED: [Code.FailedPrecondition, 422],
   CONNECTION_NOT_FOUND: [Code.NotFound, 404],
@@ -83,6 +94,7 @@ export const ERRORS = {
   PLAN_EXCLUDES_WEBHOOKS: [Code.PermissionDenied, 403],
   DELIVERY_QUOTA_EXCEEDED: [Code.ResourceExhausted, 429],
   PAGE_TOKEN_INVALID: [Code.InvalidArgument, 400],
+  STATISTICS_PERIOD_INVALID: [Code.InvalidArgument, 400],
 
   // Signature schemes and secret rotation
   SIGNATURE_SCHEME_INVALID: [Code.InvalidArgument, 400],

@@ -33,6 +33,7 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
                                               resend an endpoint's dead-lettered and failed deliveries of a
                                               window (at most 14 days), paced; --dry-run only counts them
   recovery         JOB_ID                     a recovery job: state, found, resent, started, finished
+  portal-session   create|revoke|revoke-all    customer-portal sessions (portal-session --help)
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).
@@ -298,7 +299,7 @@ function temporalUi(env: NodeJS.ProcessEnv): TemporalUi | null {
   return url === null ? null : { url, namespace: env.TEMPORAL_NAMESPACE || 'default' };
 }
 
-function operatorUrl(env: NodeJS.ProcessEnv): string {
+export function operatorUrl(env: NodeJS.ProcessEnv): string {
   return httpUrlOf(env, 'OPERATOR_URL') ?? DEFAULT_URL;
 }
 
@@ -316,7 +317,7 @@ function httpUrlOf(env: NodeJS.ProcessEnv, name: string): string | null {
   return raw.replace(/\/+$/, '');
 }
 
-function operatorToken(env: NodeJS.ProcessEnv): string {
+export function operatorToken(env: NodeJS.ProcessEnv): string {
   // Read through the configuration so the development default stays defined in one place.
   const token = env.OPERATOR_TOKEN || loadConfig(env).operatorToken;
   if (token.startsWith('pk_live_')) {
@@ -337,7 +338,7 @@ function operatorClient(baseUrl: string, token: string): OperatorClient {
 }
 
 /** The stable code: the ErrorInfo reason the service attaches, else the Connect code (e.g. UNAVAILABLE). */
-function codeOf(error: ConnectError): string {
+export function codeOf(error: ConnectError): string {
   const reason = error.findDetails(ErrorInfoSchema)[0]?.reason;
   if (reason) return reason;
   return (Code[error.code] ?? 'UNKNOWN').replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase();

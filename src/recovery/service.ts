@@ -16,7 +16,7 @@ import type {
   WebhookService,
 } from '../gen/publishing/v1/webhook_service_pb';
 import { auditedTransaction, noteAuditTarget } from '../audit';
-import { requireCustomer } from '../auth';
+import { requesterOf, requireTenant } from '../auth';
 import { DELIVERY_STATUSES, decodeCursor, encodeCursor, entityManagerOf, isUuid, pageSizeOf, type DeliveryStatus, type EntityManager } from '../db';
 import type { AttemptView, DeliveryRecords, DeliveryView } from '../delivery';
 import { apiError } from '../errors';
@@ -35,7 +35,7 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
   constructor(private readonly deps: { records: DeliveryRecords; recovery: DeliveryRecovery }) {}
 
   async listWebhookDeliveries(req: ListWebhookDeliveriesRequest, ctx: HandlerContext): Promise<ListWebhookDeliveriesResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const limit = pageSizeOf(req.pageSize);
     const cursor = decodeCursor(req.pageToken);
@@ -69,7 +69,7 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
   }
 
   async getWebhookDelivery(req: GetWebhookDeliveryRequest, ctx: HandlerContext): Promise<GetWebhookDeliveryResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const endpoint = await organizationEndpoint(em, principal.organizationId, req.id);
     const view = await this.deliveryOf(em, principal.organizationId, endpoint.id, req.deliveryId);
@@ -83,7 +83,7 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
   }
 
   async resendWebhookDelivery(req: ResendWebhookDeliveryRequest, ctx: HandlerContext): Promise<ResendWebhookDeliveryResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     noteAuditTarget(ctx, req.deliveryId.slice(0, 64), { endpointId: req.id.slice(0, 64) });
     const endpoint = await organizationEndpoint(em, principal.organizationId, req.id);
@@ -95,7 +95,7 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
   }
 
   async recoverWebhookDeliveries(req: RecoverWebhookDeliveriesRequest, ctx: HandlerContext): Promise<RecoverWebhookDeliveriesResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const since = windowInstant(req.since, 'since');
     const until = windowInstant(req.until, 'until');
@@ -109,7 +109,7 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
         since,
         until,
         dryRun: req.dryRun,
-        requestedBy: `user:${principal.userId}`,
+        requestedBy: requesterOf(principal),
       },
       (on, change) => auditedTransaction(ctx, on, change),
     );
@@ -117,7 +117,7 @@ export class DeliveryLogServiceImpl implements Pick<ServiceImpl<typeof WebhookSe
   }
 
   async getWebhookRecovery(req: GetWebhookRecoveryRequest, ctx: HandlerContext): Promise<GetWebhookRecoveryResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const endpoint = await organizationEndpoint(em, principal.organizationId, req.id);
     const view = isUuid(req.jobId) ? await this.deps.recovery.find(em, { id: req.jobId, organizationId: principal.organizationId, endpointId: endpoint.id }) : null;

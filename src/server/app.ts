@@ -6,6 +6,7 @@ import { requestIdFrom } from '../context';
 import { clientWentAway, createListener, sendError, type RequestHandler } from './edge';
 import { createRpcHandler } from './rpc';
 import { RestGateway } from './rest';
+import { PortalPages } from '../portal';
 import { createDependencies, type BuildOptions, type Deliveries, type Dependencies } from './dependencies';
 import { PUBLIC_SERVICES, httpRoutes, registerServices, routerOptions, routes } from './routes';
 
@@ -63,6 +64,7 @@ export async function build(options: BuildOptions): Promise<BuiltApp> {
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     const route = plain.get(path);
     if (route && (!route.method || route.method === req.method)) return route.handle(req, res);
+    if (PortalPages.owns(path)) return deps.portal.pages.handle(req, res);
     if (path === '/api/v1' || path.startsWith('/api/v1/')) {
       const incoming = req.headers['x-request-id'];
       const requestId = requestIdFrom(typeof incoming === 'string' ? incoming : null);

@@ -9,6 +9,7 @@ import { SecretBox } from '../secrets';
 import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
 import { DeliveryLogServiceImpl, DeliveryRecovery } from '../recovery';
+import { PortalPages, PortalServiceImpl, PortalSessions } from '../portal';
 import {
   activityDepsFromConfig,
   createTemporalClient,
@@ -88,6 +89,8 @@ export interface Dependencies {
   recovery: DeliveryRecovery;
   operator: OperatorServiceImpl;
   events: EventServiceImpl;
+  /** The customer portal: its sessions, their internal RPC and its pages. */
+  portal: { sessions: PortalSessions; service: PortalServiceImpl; pages: PortalPages };
   principals: PrincipalCache | undefined;
   metrics: Metrics;
   delivery: Deliveries;
@@ -157,6 +160,12 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     onChange: metrics.observeEndpointPause,
   });
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, recovery, logger });
+  const portalSessions = new PortalSessions(now);
+  const portal = {
+    sessions: portalSessions,
+    service: new PortalServiceImpl({ sessions: portalSessions, logger }),
+    pages: new PortalPages({ orm, sessions: portalSessions, config: config.portal, publicUrl: () => publicUrl.get(), logger }),
+  };
   delivery.embedded?.begin();
   recovery.begin();
   if (config.delivery.autoPause.deadLetters > 0) failingEndpoints.begin();
@@ -181,6 +190,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     recovery,
     operator,
     events,
+    portal,
     principals,
     metrics,
     delivery,

@@ -12,6 +12,7 @@ import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
 import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { EventService } from '../gen/publishing/internal/v1/event_service_pb';
+import { PortalService } from '../gen/publishing/internal/v1/portal_service_pb';
 import { sendError, writeBody, writeJson, type RequestHandler } from './edge';
 import {
   createReflectionServices,
@@ -50,6 +51,7 @@ export function routes(deps: Dependencies): (router: ConnectRouter) => void {
     router.service(PostService, deps.posts);
     router.service(OperatorService, deps.operator);
     router.service(EventService, deps.events);
+    router.service(PortalService, deps.portal.service);
     router.service(ReflectionV1, reflection.v1);
     router.service(ReflectionV1alpha, reflection.v1alpha);
   };
@@ -117,9 +119,11 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
         // routes()), nothing tenant-specific, so tools can discover it without a key.
         openServices: [Health.typeName, ...REFLECTION_SERVICES.map((s) => s.typeName)],
         operatorServices: [OperatorService.typeName],
-        internalServices: [EventService.typeName],
+        internalServices: [EventService.typeName, PortalService.typeName],
+        operatorOrInternalServices: [PortalService.typeName],
         internalTokens: config.internalServiceTokens,
         principals: deps.principals,
+        portal: deps.portal.sessions,
       }),
       auditRefusal: createRefusalAudit(logger),
     }),

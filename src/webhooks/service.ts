@@ -2,6 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { Timestamp } from '@bufbuild/protobuf/wkt';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import type {
+  GetWebhookStatisticsRequest,
+  GetWebhookStatisticsResponse,
+  ListEventTypesRequest,
+  ListEventTypesResponse,
   CreateWebhookRequest,
   CreateWebhookResponse,
   DeleteWebhookResponse,
@@ -24,7 +28,7 @@ import type {
   WebhookService,
 } from '../gen/publishing/v1/webhook_service_pb';
 import { auditedTransaction, noteAuditTarget } from '../audit';
-import { requireCustomer } from '../auth';
+import { requireTenant } from '../auth';
 import type { Logger } from '../config';
 import {
   OrganizationSchema,
@@ -40,6 +44,7 @@ import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
 import { endpointsPage, insertEndpoint, normalizeEventNames, organizationEndpoint, takeDeliveryQuota, type ListedEndpoint } from '../endpoints';
+import { eventTypesAnswer, statisticsAnswer } from './insight';
 import type { WebhookRateLimiter } from './rate-limit';
 import type { SecretBox } from '../secrets';
 import { overlapRunning } from '../signatures';
@@ -73,11 +78,12 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
   constructor(private readonly deps: WebhookServiceDeps) {}
 
   async listWebhooks(req: ListWebhooksRequest, ctx: HandlerContext): Promise<ListWebhooksResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const limit = pageSizeOf(req.pageSize);
     const cursor = decodeCursor(req.pageToken);
-    const endpoints = await endpointsPage(em, principal.organizationId, cursor, limit + 1);
+    const only = principal.kind === 'portal' ? principal.endpointIds : null;
+    const endpoints = await endpointsPage(em, principal.organizationId, cursor, limit + 1, only);
     const { page, nextPageToken } = pageOf(endpoints, limit, (e) => new Date(e.createdAtMs));
     const recent = await this.deps.deliveries.listRecent(em, page.map((e) => e.id));
     return {
@@ -87,8 +93,18 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
     };
   }
 
+  listEventTypes(_req: ListEventTypesRequest, ctx: HandlerContext): ListEventTypesResponse {
+    requireTenant(ctx);
+    return eventTypesAnswer();
+  }
+
+  async getWebhookStatistics(req: GetWebhookStatisticsRequest, ctx: HandlerContext): Promise<GetWebhookStatisticsResponse> {
+    const principal = requireTenant(ctx);
+    return statisticsAnswer(entityManagerOf(ctx), principal.organizationId, req.id, req.period, this.deps.now());
+  }
+
   async createWebhook(req: CreateWebhookRequest, ctx: HandlerContext) {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const url = this.validUrl(req.url);
     const description = validDescription(req.description);
@@ -117,7 +133,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
   }
 
   async updateWebhook(req: UpdateWebhookRequest, ctx: HandlerContext): Promise<UpdateWebhookResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     noteAuditTarget(ctx, req.id, {
       changed: [
@@ -150,7 +166,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
   }
 
   async rotateWebhookSecret(req: RotateWebhookSecretRequest, ctx: HandlerContext): Promise<RotateWebhookSecretResponse> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     noteAuditTarget(ctx, req.id, { overlapSeconds: req.overlapSeconds ?? DEFAULT_OVERLAP_SECONDS });
     const overlapSeconds = overlapSecondsOf(req.overlapSeconds);
@@ -164,7 +180,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
   }
 
   async testWebhook(req: TestWebhookRequest, ctx: HandlerContext) {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     // Two round trips at once, not one after the other; the rate limit's refusal still comes first.
     const [decision, found] = await Promise.allSettled([this.deps.limiter.take(principal.organizationId), this.endpoint(em, principal.organizationId, req.id)]);
@@ -200,7 +216,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
   }
 
   async deleteWebhook(req: DeleteWebhookRequest, ctx: HandlerContext) {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const endpoint = await this.endpoint(em, principal.organizationId, req.id);
     if (!endpoint.disabledAt) {
@@ -226,7 +242,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
    * release signal). Setting the state an endpoint is in already changes nothing.
    */
   private async setPaused(id: string, paused: boolean, ctx: HandlerContext): Promise<EndpointMessage> {
-    const principal = requireCustomer(ctx);
+    const principal = requireTenant(ctx);
     const em = entityManagerOf(ctx);
     const events = this.deps.events.forChange();
     const { endpoint, released } = await auditedTransaction(ctx, em, async (tx) => {

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import Ajv2020, { type ValidateFunction } from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { clone, create, createFileRegistry, type DescFile } from '@bufbuild/protobuf';
-import { FileDescriptorProtoSchema, SourceCodeInfoSchema, file_google_protobuf_timestamp } from '@bufbuild/protobuf/wkt';
+import { FileDescriptorProtoSchema, SourceCodeInfoSchema, file_google_protobuf_struct, file_google_protobuf_timestamp } from '@bufbuild/protobuf/wkt';
 import { buildOpenApi } from '../../src/server/rest/openapi';
 import { PUBLIC_SERVICES } from '../../src/server';
 import { ERRORS } from '../../src/errors';
@@ -171,7 +171,7 @@ describe('the generated document', () => {
     proto.sourceCodeInfo = create(SourceCodeInfoSchema, {
       location: [{ path: [6, 0, 2, 0], leadingComments: ' Lists the endpoints.\n Secrets are never included.\n' }],
     });
-    const deps: DescFile[] = [file_google_api_annotations, file_google_protobuf_timestamp, file_publishing_v1_access];
+    const deps: DescFile[] = [file_google_api_annotations, file_google_protobuf_struct, file_google_protobuf_timestamp, file_publishing_v1_access];
     const registry = createFileRegistry(proto, (name) => deps.find((f) => f.proto.name === name));
     const service = registry.getService('publishing.v1.WebhookService');
     if (!service) throw new Error('WebhookService missing from the registry');
@@ -320,6 +320,9 @@ describe('the served REST API', () => {
     const since = new Date(Date.now() - 3_600_000).toISOString();
     const recovery = await call('POST', '/api/v1/webhooks/{id}/recover', 200, { params: { id: webhookId }, body: { since } });
     await call('GET', '/api/v1/webhooks/{id}/recoveries/{job_id}', 200, { params: { id: webhookId, job_id: recovery.recovery.id } });
+    const stats = await call('GET', '/api/v1/webhooks/{id}/statistics', 200, { params: { id: webhookId }, query: '?period=7d' });
+    expect(stats).toMatchObject({ period: '7d', total: 1 });
+    expect((await call('GET', '/api/v1/event-types', 200)).eventTypes.map((e: Json) => e.name)).toContain('webhook.test');
     await call('DELETE', '/api/v1/webhooks/{id}', 200, { params: { id: webhookId } });
 
     // A route added later needs a call here too.

@@ -13,6 +13,8 @@ const LONGEST_FIRST = [
   'test/delivery/engine-contract.test.ts',
   'test/webhooks/auto-pause.test.ts',
   'test/delivery/temporal-live.test.ts',
+  // Chromium through the customer journey on both engines: about a minute.
+  'test/portal/browser.test.ts',
   'test/robustness/hostile-grpc.test.ts',
   'test/robustness/hostile-rest.test.ts',
   'test/db/embedded.test.ts',

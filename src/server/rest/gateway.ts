@@ -116,6 +116,11 @@ export class RestGateway {
     const requestHeader = new Headers({ 'content-type': 'application/json', 'x-request-id': requestId });
     const authorization = req.headers['authorization'];
     if (typeof authorization === 'string') requestHeader.set('authorization', authorization);
+    // The customer portal's session cookie and its CSRF token (src/portal).
+    for (const name of ['cookie', 'x-csrf-token']) {
+      const value = req.headers[name];
+      if (typeof value === 'string') requestHeader.set(name, value);
+    }
     const abort = new AbortController();
     // Only a caller gone before the answer is complete cancels the call; aborting every
     // finished call would build a DOMException per request for nobody.

@@ -1,6 +1,6 @@
 import type { ConnectError, HandlerContext } from '@connectrpc/connect';
 import { appendAuditEvent } from '../../audit';
-import { accessOf, principalKey } from '../../auth';
+import { accessOf, auditActorOf, principalKey } from '../../auth';
 import { requestIdKey } from '../../context';
 import { entityManagerKey } from '../../db';
 import { errorInfoOf } from '../../errors';
@@ -18,12 +18,10 @@ export function createRefusalAudit(logger: Logger): (ctx: HandlerContext, refusa
     const action = accessOf(ctx.method).auditAction;
     const principal = ctx.values.get(principalKey);
     const em = ctx.values.get(entityManagerKey);
-    if (!action || principal?.kind !== 'customer' || !em) return;
+    if (!action || (principal?.kind !== 'customer' && principal?.kind !== 'portal') || !em) return;
     try {
       await appendAuditEvent(em.fork(), {
-        organizationId: principal.organizationId,
-        actorUserId: principal.userId,
-        apiKeyId: principal.apiKeyId,
+        ...auditActorOf(principal),
         action,
         targetId: null,
         outcome: 'refused',
