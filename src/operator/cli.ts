@@ -31,6 +31,7 @@ import {
   type KillSwitch,
 } from '../gen/publishing/operator/v1/operator_service_pb';
 import { WebhookRecoverySchema, type WebhookRecovery } from '../gen/publishing/v1/webhook_service_pb';
+import { eraseCommand } from './erase-command';
 
 const USAGE = `usage: npm run operator -- <command> [options] [--json]
 
@@ -48,6 +49,8 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
                                               resend an endpoint's dead-lettered and failed deliveries of a
                                               window (at most 14 days), paced; --dry-run only counts them
   recovery         JOB_ID                     a recovery job: state, found, resent, started, finished
+  erase            --org ID [--endpoint ID] [--event EVENT_ID] [--reason TEXT] [--dry-run]
+                                              erase delivery payloads and response excerpts; --dry-run only counts
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).
@@ -400,6 +403,7 @@ const COMMANDS: Record<string, Command> = {
       };
     },
   },
+  erase: eraseCommand({ id, text }),
   'set-quota': {
     options: ['org', 'monthly'],
     prepare(values) {

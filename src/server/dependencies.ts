@@ -9,6 +9,7 @@ import { SecretBox } from '../secrets';
 import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
 import { DeliveryLogServiceImpl, DeliveryRecovery } from '../recovery';
+import { RetentionSweep } from '../retention';
 import {
   activityDepsFromConfig,
   createTemporalClient,
@@ -86,6 +87,8 @@ export interface Dependencies {
   deliveryLog: DeliveryLogServiceImpl;
   /** Resends and recovery jobs, for customers and operators; works on open jobs in the background. */
   recovery: DeliveryRecovery;
+  /** Removes delivery data past its retention, in the background. */
+  retention: RetentionSweep;
   operator: OperatorServiceImpl;
   events: EventServiceImpl;
   principals: PrincipalCache | undefined;
@@ -147,8 +150,10 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const recovery = new DeliveryRecovery({ orm, records: delivery.records, engine: delivery.engine, publisher, logger, now });
   const deliveryLog = new DeliveryLogServiceImpl({ records: delivery.records, recovery });
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, recovery, logger });
+  const retention = new RetentionSweep({ orm, records: delivery.records, logger, now, intervalMs: config.retention.sweepIntervalMs, batchSize: config.retention.batchSize, pauseMs: config.retention.batchPauseMs });
   delivery.embedded?.begin();
   recovery.begin();
+  retention.start();
 
   const shutdown = new ShutdownReadiness();
   const readiness: ReadinessCheck[] = [
@@ -168,6 +173,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     webhooks,
     deliveryLog,
     recovery,
+    retention,
     operator,
     events,
     principals,
@@ -176,6 +182,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     readiness,
     shutdown,
     async close() {
+      await retention.stop();
       await recovery.close();
       await delivery.close();
       await principals?.close();

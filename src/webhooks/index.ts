@@ -15,3 +15,4 @@ export {
 } from './plans';
 export { subscribedEndpoints, deliveryGrants, type NewEventRow, type SubscribedRow, type GrantedRow } from './subscriptions';
 export { EVENT_NAME_PATTERN, MAX_EVENT_NAME_LENGTH } from './event-names';
+export { RETENTION_BY_PLAN, payloadHorizonOf, youngestHorizons, organizationRetention, type RetentionPeriods, type RetentionRow } from './retention';

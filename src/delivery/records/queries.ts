@@ -33,7 +33,7 @@ export interface AttemptView {
 
 export interface DeliveryView extends ListedDelivery {
   organizationId: string;
-  /** The exact body signed and sent on every attempt. */
+  /** The exact body signed and sent on every attempt; empty once removed (payloadRemoved says why). */
   payload: string;
   attempts: AttemptView[];
   deadLetteredAt: Date | null;
@@ -270,6 +270,8 @@ function windowQuery(k: Kysely<Tables>, window: DeliveryWindow, statuses: readon
     .where('w.endpoint_id', '=', window.endpointId)
     .where('w.organization_id', '=', window.organizationId)
     .where('w.status', 'in', statuses)
+    // A delivery whose payload is gone has nothing to send again.
+    .where('w.payload_removed', 'is', null)
     .where('w.created_at', '>=', window.since)
     .where('w.created_at', '<', window.until);
 }

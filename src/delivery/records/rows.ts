@@ -7,6 +7,7 @@ import {
   type DeliveryAttemptSchema,
   type DeliveryStatus,
   type KillSwitchSchema,
+  type PayloadRemoval,
   type WebhookDeliverySchema,
   type WebhookEndpointSchema,
 } from '../../db';
@@ -69,6 +70,17 @@ export interface ListedDelivery {
   updatedAtMs: number;
   /** The series of attempts the delivery is in: 1, and one more for each resend. */
   series: number;
+  /**
+   * Why the payload is no longer stored (past its retention, or erased on request), and
+   * since when; null while it is kept. Left out where the delivery was just recorded.
+   */
+  payloadRemoved?: PayloadRemoval | null;
+  payloadRemovedAtMs?: number | null;
+}
+
+/** What an answer says of a delivery's payload: "available", or why it is gone ("expired", "erased"). */
+export function payloadStateOf(d: Pick<ListedDelivery, 'payloadRemoved'>): 'available' | PayloadRemoval {
+  return d.payloadRemoved ?? 'available';
 }
 
 /** The columns of a ListedDelivery, read from `webhook_deliveries as w`. */
@@ -87,6 +99,8 @@ export const listedColumns = [
   epochMs('w.created_at').as('createdAtMs'),
   epochMs('w.updated_at').as('updatedAtMs'),
   'w.series as series',
+  'w.payload_removed as payloadRemoved',
+  epochMs<number | null>('w.payload_removed_at').as('payloadRemovedAtMs'),
 ] as const;
 
 export function listedQuery(k: Kysely<Tables>) {
