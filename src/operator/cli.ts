@@ -235,6 +235,7 @@ function deliveryOutput(delivery: DeliveryRecord | undefined, ui: TemporalUi | n
     ...(ui ? [`  temporal ui ${workflowUiLink(ui.url, ui.namespace, delivery.workflowId)}`] : []),
     `  created ${when(delivery.createdAt)}  next attempt ${when(delivery.nextAttemptAt)}  delivered ${when(delivery.deliveredAt)}`,
     `  last error: ${delivery.lastError || '-'}`,
+    `  payload ${delivery.payloadState}${delivery.payloadRemovedAt ? ` ${when(delivery.payloadRemovedAt)}` : ''}`,
     ...delivery.attempts.map(
       (a) =>
         `  ${a.series}#${a.attempt}  ${when(a.startedAt)}  ${a.finishedAt ? `${a.durationMs} ms` : 'running'}  ` +

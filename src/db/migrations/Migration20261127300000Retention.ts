@@ -20,7 +20,7 @@ export class Migration20261127300000Retention extends Migration {
     this.addSql(`alter table webhook_deliveries add column payload_removed text check (payload_removed in ('expired', 'erased'));`);
     this.addSql('alter table webhook_deliveries add column payload_removed_at timestamptz;');
     this.addSql(
-      `alter table webhook_deliveries add constraint webhook_deliveries_payload_removed_check
+      `alter table webhook_deliveries add constraint webhook_deliveries_payload_removal_check
          check ((payload_removed is null) = (payload_removed_at is null) and (payload_removed is null or payload = ''));`,
     );
     this.addSql('create index if not exists webhook_deliveries_payload_kept_idx on webhook_deliveries (created_at, id) where payload_removed is null;');
@@ -32,7 +32,7 @@ export class Migration20261127300000Retention extends Migration {
     this.addSql('drop index recovery_jobs_finished_idx;');
     this.addSql('drop index delivery_attempts_started_idx;');
     this.addSql('drop index webhook_deliveries_payload_kept_idx;');
-    this.addSql('alter table webhook_deliveries drop constraint webhook_deliveries_payload_removed_check;');
+    this.addSql('alter table webhook_deliveries drop constraint webhook_deliveries_payload_removal_check;');
     this.addSql('alter table webhook_deliveries drop column payload_removed_at;');
     this.addSql('alter table webhook_deliveries drop column payload_removed;');
   }

@@ -50,8 +50,8 @@ export const expirePayloads = statementPart((qc: QueryCreator<Tables & Retention
 );
 
 /**
- * Deletes up to `limit` finished attempts started before their organization's attempt
- * horizon, oldest first along the attempts' start index. The delivery keeps its count.
+ * Deletes up to `limit` attempts of finished deliveries started before their organization's
+ * attempt horizon, oldest first along the attempts' start index. The delivery keeps its count.
  */
 export const deleteAttempts = statementPart((qc: QueryCreator<Tables & RetentionCte>, youngest: Date, limit: number) =>
   qc
@@ -64,6 +64,8 @@ export const deleteAttempts = statementPart((qc: QueryCreator<Tables & Retention
         .where('a.started_at', '<', youngest)
         .whereRef('a.started_at', '<', 'r.attempts_before')
         .where('a.finished_at', 'is not', null)
+        // An open delivery's attempts are its schedule's record: they go once it has finished.
+        .where('d.status', 'in', FINAL_STATUSES)
         .orderBy('a.started_at')
         .limit(limit)
         .forUpdate('a')
