@@ -308,6 +308,9 @@ export const EventSchema = defineEntity({
     publisher: p.text(),
     /** Why the event got no deliveries by rule (PLAN_EXCLUDES_WEBHOOKS); null otherwise. */
     skippedReason: p.text().nullable(),
+    /** Why the payload is gone (then `{}`): past its retention, or erased on request; null while kept. */
+    payloadRemoved: p.enum(PAYLOAD_REMOVALS).nullable(),
+    payloadRemovedAt: p.datetime().nullable(),
     createdAt: p.datetime(),
   },
 });

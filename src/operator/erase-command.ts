@@ -40,10 +40,11 @@ export function eraseCommand(tools: CommandTools) {
           payloadsErased: Number(answer.payloadsErased),
           responseExcerptsErased: Number(answer.responseExcerptsErased),
           open: Number(answer.open),
+          eventPayloadsErased: Number(answer.eventPayloadsErased),
         };
         const scope = [`organization ${json.organizationId}`, request.endpointId && `endpoint ${request.endpointId}`, request.eventId && `event ${request.eventId}`].filter(Boolean).join('  ');
         const lines = [
-          `${json.dryRun ? 'would erase' : 'erased'} (${scope}): ${json.payloadsErased} payloads, ${json.responseExcerptsErased} response excerpts, of ${json.deliveries} deliveries`,
+          `${json.dryRun ? 'would erase' : 'erased'} (${scope}): ${json.payloadsErased} payloads, ${json.responseExcerptsErased} response excerpts, of ${json.deliveries} deliveries; ${json.eventPayloadsErased} event payloads`,
           ...(json.open > 0 ? [`  ${json.open} deliveries are still being sent and keep their payload: erase again once they finish`] : []),
         ];
         return { json, text: `${lines.join('\n')}\n` };

@@ -211,7 +211,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     if (req.endpointId) await organizationEndpoint(em, organization.id, req.endpointId);
     if (req.eventId.length > 255) throw apiError('EVENT_ID_INVALID', 'An event id is at most 255 characters.');
     const scope = { organizationId: organization.id, endpointId: req.endpointId || undefined, eventId: req.eventId || undefined };
-    const counts = await eraseDeliveryData(em, this.deps.deliveries, scope, req.dryRun);
+    const counts = await eraseDeliveryData(em, this.deps.deliveries, scope, req.dryRun, new Date(this.deps.now()));
     // Written once the pages are erased, with what was: a run cut short is audited by the run that finishes it.
     await this.audited(ctx, {
       organizationId: organization.id,
@@ -226,6 +226,7 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
       payloadsErased: BigInt(counts.payloads),
       responseExcerptsErased: BigInt(counts.responseExcerpts),
       open: BigInt(counts.open),
+      eventPayloadsErased: BigInt(counts.eventPayloads),
     };
   }
 

@@ -3,6 +3,7 @@ import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { Logger } from '../config';
 import type {
   DeadLetterSchema,
+  EventSchema,
   DeliveryAttemptSchema,
   KillSwitchSchema,
   MikroORM,
@@ -12,6 +13,7 @@ import type {
   WebhookEndpointSchema,
 } from '../db';
 import type { DeliveryRecords } from '../delivery';
+import { expireEventPayloads } from '../events';
 import { deleteFinishedJobs } from '../recovery';
 import { organizationRetention, youngestHorizons } from '../webhooks';
 
@@ -20,7 +22,8 @@ type SweepTables = InferKyselyDB<
   typeof WebhookDeliverySchema | typeof DeliveryAttemptSchema | typeof DeadLetterSchema | typeof KillSwitchSchema | typeof WebhookEndpointSchema
 > &
   InferKyselyDB<typeof OrganizationSchema> &
-  InferKyselyDB<typeof RecoveryJobSchema>;
+  InferKyselyDB<typeof RecoveryJobSchema> &
+  InferKyselyDB<typeof EventSchema>;
 
 export interface RetentionSweepOptions {
   orm: MikroORM;
@@ -38,6 +41,7 @@ export interface RetentionSweepOptions {
 /** What one pass removed. */
 export interface SweepPass {
   payloadsExpired: number;
+  eventPayloadsExpired: number;
   attemptsDeleted: number;
   recoveryJobsDeleted: number;
   /** Statements run. */
@@ -46,12 +50,13 @@ export interface SweepPass {
 
 /**
  * Removes delivery data past its retention (src/webhooks/retention.ts), in the background of
- * every API instance: finished deliveries' payloads, attempt rows, finished recovery jobs.
+ * every API instance: finished deliveries' payloads, published events' payloads, attempt
+ * rows, finished recovery jobs.
  * Each batch is one statement, its own transaction, at most `batchSize` rows taken oldest
  * first along an index and locked with SKIP LOCKED; a batch that was full is followed by
  * the next after `pauseMs`, until one comes back short. Instances sweeping at once take
- * different rows. The rows' owners write the statements (DeliveryRecords, recovery); this
- * only paces them.
+ * different rows. The rows' owners write the statements (DeliveryRecords, events,
+ * recovery); this only paces them.
  */
 export class RetentionSweep {
   private timer: NodeJS.Timeout | null = null;
@@ -85,7 +90,7 @@ export class RetentionSweep {
     this.timer = setTimeout(() => {
       this.sweep()
         .then((pass) => {
-          if (pass.payloadsExpired + pass.attemptsDeleted + pass.recoveryJobsDeleted > 0) this.options.logger.info({ ...pass }, 'retention sweep');
+          if (pass.payloadsExpired + pass.eventPayloadsExpired + pass.attemptsDeleted + pass.recoveryJobsDeleted > 0) this.options.logger.info({ ...pass }, 'retention sweep');
         })
         .catch((error: unknown) => this.options.logger.warn({ err: error }, 'retention sweep failed; the next pass goes on'))
         .finally(() => this.schedule());
@@ -95,9 +100,13 @@ export class RetentionSweep {
 
   private async pass(): Promise<SweepPass> {
     const { records, batchSize } = this.options;
-    const pass: SweepPass = { payloadsExpired: 0, attemptsDeleted: 0, recoveryJobsDeleted: 0, batches: 0 };
+    const pass: SweepPass = { payloadsExpired: 0, eventPayloadsExpired: 0, attemptsDeleted: 0, recoveryJobsDeleted: 0, batches: 0 };
     const steps: [keyof Omit<SweepPass, 'batches'>, (now: Date) => Promise<number>][] = [
       ['payloadsExpired', (now) => records.expirePayloads(this.retention(now), youngestHorizons(now).payloadBefore, batchSize)],
+      [
+        'eventPayloadsExpired',
+        async (now) => Number((await expireEventPayloads(this.retention(now), youngestHorizons(now).payloadBefore, batchSize, now).executeTakeFirst()).numUpdatedRows),
+      ],
       ['attemptsDeleted', (now) => records.deleteAttempts(this.retention(now), youngestHorizons(now).attemptsBefore, batchSize)],
       ['recoveryJobsDeleted', (now) => deleteFinishedJobs(this.retention(now), youngestHorizons(now).recoveryJobsBefore, batchSize)],
     ];

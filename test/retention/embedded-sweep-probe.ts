@@ -48,7 +48,7 @@ async function main(): Promise<void> {
       const sweep = new RetentionSweep({ orm, records, logger, now: Date.now, intervalMs: 60_000, batchSize: 2, pauseMs: 0 });
       const pass = await sweep.sweep();
       await sweep.stop();
-      const erasure = await eraseDeliveryData(orm.em.fork(), records, { organizationId: other }, false);
+      const erasure = await eraseDeliveryData(orm.em.fork(), records, { organizationId: other }, false, new Date());
       const stored = await sql<{ id: string; payload: string; payload_removed: string | null; status: string; attempts: number; excerpts: number }>(
         `select d.id, d.payload, d.payload_removed, d.status,
                 (select count(*)::int from delivery_attempts a where a.delivery_id = d.id) as attempts,

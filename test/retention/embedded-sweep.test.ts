@@ -38,6 +38,6 @@ it('expires payloads and attempts in batches and erases an organization on embed
   expect(row(outcome.expired[2])).toMatchObject({ attempts: 0 });
   expect(row(outcome.expired[0])).toMatchObject({ attempts: 1, excerpts: 1 });
   expect(row(outcome.kept)).toMatchObject({ payload_removed: null, excerpts: 1 });
-  expect(outcome.erasure).toEqual({ deliveries: 2, payloads: 2, responseExcerpts: 2, open: 0 });
+  expect(outcome.erasure).toEqual({ deliveries: 2, payloads: 2, responseExcerpts: 2, open: 0, eventPayloads: 0 });
   for (const id of outcome.erased) expect(row(id)).toMatchObject({ payload: '', payload_removed: 'erased', status: 'delivered', attempts: 1, excerpts: 0 });
 }, 120_000);

@@ -66,6 +66,20 @@ async function delivery(
   return deliveryId;
 }
 
+/** A published event of the organization, recorded `ageDays` ago, with a payload that names someone. */
+async function event(organizationId: string, eventId: string, ageDays = 0): Promise<void> {
+  const at = new Date(Date.now() - ageDays * DAY);
+  await rows(
+    `insert into events (id, organization_id, event_id, event_type, payload, occurred_at, publisher, created_at) values (?, ?, ?, 'customer.updated', '{"name":"Ada Lovelace"}', ?, 'test', ?)`,
+    [randomUUID(), organizationId, eventId, at, at],
+  );
+}
+
+async function storedEvent(organizationId: string, eventId: string) {
+  const [row] = await rows(`select payload, payload_removed from events where organization_id = ? and event_id = ?`, [organizationId, eventId]);
+  return row;
+}
+
 async function stored(deliveryId: string) {
   const [row] = await rows(`select payload, payload_removed, status, attempt_count from webhook_deliveries where id = ?`, [deliveryId]);
   const attempts = await rows(`select attempt, response_excerpt from delivery_attempts where delivery_id = ? order by attempt`, [deliveryId]);
@@ -105,6 +119,10 @@ describe('the retention sweep', () => {
          values (?, ?, ?, ?, ?, null, ?, 0, 0, now(), 'operator', ?, ?, ?, now()) returning id`,
         [randomUUID(), scale.organizationId, scaleEndpoint.id, jobAt(400 + Math.random()), jobAt(399), state, jobAt(400), jobAt(400), finishedDaysAgo === null ? null : jobAt(finishedDaysAgo)],
       ).then((r) => r[0].id as string);
+    const oldEvent = `evt_${randomUUID()}`;
+    const newEvent = `evt_${randomUUID()}`;
+    await event(scale.organizationId, oldEvent, days + 1);
+    await event(scale.organizationId, newEvent, days - 1);
     const oldJob = await job('finished', RETENTION_BY_PLAN.scale.recoveryJobDays + 1);
     const recentJob = await job('stopped', RETENTION_BY_PLAN.scale.recoveryJobDays - 1);
 
@@ -118,6 +136,8 @@ describe('the retention sweep', () => {
     expect(await stored(open)).toMatchObject({ payload_removed: null, status: 'retrying', attempts: [{ response_excerpt: 'still retrying' }] });
     expect(await stored(longerPlan)).toMatchObject({ payload_removed: null, attempts: [{ response_excerpt: 'enterprise answer' }] });
     expect((await rows(`select id from recovery_jobs where id in (?, ?)`, [oldJob, recentJob])).map((r) => r.id)).toEqual([recentJob]);
+    expect(await storedEvent(scale.organizationId, oldEvent)).toEqual({ payload: {}, payload_removed: 'expired' });
+    expect(await storedEvent(scale.organizationId, newEvent)).toEqual({ payload: { name: 'Ada Lovelace' }, payload_removed: null });
 
     // What the customer sees: a stated field, never an error.
     const shown = await t.rest('GET', `/api/v1/webhooks/${scaleEndpoint.id}/deliveries/${expired}`, { apiKey: scale.apiKey });
@@ -178,12 +198,14 @@ describe('erasure', () => {
     const sending = await delivery(tenant.organizationId, first.id, { ageDays: 1, status: 'retrying', attempts: answer('try later') });
     const c = await delivery(tenant.organizationId, second.id, { ageDays: 1, attempts: answer('ok'), eventId: shared });
     const untouched = await delivery(bystander.organizationId, elsewhere.id, { ageDays: 1, attempts: answer('other customer'), eventId: shared });
+    await event(tenant.organizationId, shared);
+    await event(bystander.organizationId, shared);
     const before = { a: await stored(a), b: await stored(b), c: await stored(c) };
 
     // A dry run counts and changes nothing.
     const dry = await operator(['erase', '--org', tenant.organizationId, '--dry-run', '--json']);
     expect(dry).toMatchObject({ status: 0, stderr: '' });
-    expect(JSON.parse(dry.stdout)).toEqual({ organizationId: tenant.organizationId, dryRun: true, deliveries: 4, payloadsErased: 3, responseExcerptsErased: 4, open: 1 });
+    expect(JSON.parse(dry.stdout)).toEqual({ organizationId: tenant.organizationId, dryRun: true, deliveries: 4, payloadsErased: 3, responseExcerptsErased: 4, open: 1, eventPayloadsErased: 1 });
     expect({ a: await stored(a), b: await stored(b), c: await stored(c) }).toEqual(before);
 
     // One event: its deliveries in this organization only.
@@ -193,11 +215,13 @@ describe('erasure', () => {
     expect(await stored(c)).toMatchObject({ payload_removed: 'erased' });
     expect(await stored(b)).toEqual(before.b);
     expect(await stored(untouched)).toMatchObject({ payload_removed: null, attempts: [{ response_excerpt: 'other customer' }] });
+    expect(await storedEvent(tenant.organizationId, shared)).toEqual({ payload: {}, payload_removed: 'erased' });
+    expect(await storedEvent(bystander.organizationId, shared)).toEqual({ payload: { name: 'Ada Lovelace' }, payload_removed: null });
 
     // Then everything of the organization, over the RPC: what was erased is not counted again.
     const operatorClient = client(OperatorService, t.url, 'connect', t.config.operatorToken);
     const all = await operatorClient.eraseDeliveryData({ organizationId: tenant.organizationId });
-    expect(all).toMatchObject({ deliveries: 4n, payloadsErased: 1n, responseExcerptsErased: 2n, open: 1n, dryRun: false });
+    expect(all).toMatchObject({ deliveries: 4n, payloadsErased: 1n, responseExcerptsErased: 2n, open: 1n, eventPayloadsErased: 0n, dryRun: false });
     expect(await stored(b)).toMatchObject({ payload: '', payload_removed: 'erased', status: 'dead_lettered', attempt_count: 1, attempts: [{ response_excerpt: null }] });
     expect(await stored(sending)).toMatchObject({ payload_removed: null, payload: expect.stringContaining('webhook.test'), attempts: [{ response_excerpt: null }] });
     const again = await operatorClient.eraseDeliveryData({ organizationId: tenant.organizationId, endpointId: second.id });

@@ -83,8 +83,11 @@ export function payloadStateOf(d: Pick<ListedDelivery, 'payloadRemoved'>): 'avai
   return d.payloadRemoved ?? 'available';
 }
 
-/** The columns of a ListedDelivery, read from `webhook_deliveries as w`. */
-export const listedColumns = [
+/**
+ * The columns of a ListedDelivery, read from `webhook_deliveries as w`, but for what says its
+ * payload is gone: what a publish answers of the deliveries it just recorded.
+ */
+export const recordedColumns = [
   'w.id as id',
   'w.endpoint_id as endpointId',
   'w.event_id as eventId',
@@ -99,6 +102,11 @@ export const listedColumns = [
   epochMs('w.created_at').as('createdAtMs'),
   epochMs('w.updated_at').as('updatedAtMs'),
   'w.series as series',
+] as const;
+
+/** The columns of a ListedDelivery, read from `webhook_deliveries as w`. */
+export const listedColumns = [
+  ...recordedColumns,
   'w.payload_removed as payloadRemoved',
   epochMs<number | null>('w.payload_removed_at').as('payloadRemovedAtMs'),
 ] as const;
