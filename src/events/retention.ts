@@ -13,7 +13,7 @@ type Tables = InferKyselyDB<typeof EventSchema>;
 
 /**
  * Clears up to `limit` event payloads recorded before their organization's payload horizon
- * (the caller's `retention` CTE, src/webhooks/retention.ts), oldest first along the index of
+ * (the caller's `retention` CTE, src/endpoints/retention.ts), oldest first along the index of
  * the events that still hold one. `youngest`: the shortest horizon of any plan.
  */
 export const expireEventPayloads = statementPart(

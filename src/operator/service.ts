@@ -27,7 +27,7 @@ import { OrganizationSchema, WebhookEndpointSchema, entityManagerOf, isUuid, pag
 import { eraseDeliveryData } from '../retention';
 import { GLOBAL_SCOPE, payloadStateOf, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState, type ListedDelivery } from '../delivery';
 import { recoverAnswerMessage, recoveryMessage, windowInstant, type AuditedChange, type DeliveryRecovery } from '../recovery';
-import { organizationEndpoint } from '../webhooks';
+import { organizationEndpoint } from '../endpoints';
 import type { EventPublisher } from '../events';
 import type { Logger } from '../config';
 import { requestIdKey } from '../context';

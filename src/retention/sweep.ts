@@ -15,7 +15,8 @@ import type {
 import type { DeliveryRecords } from '../delivery';
 import { expireEventPayloads } from '../events';
 import { deleteFinishedJobs } from '../recovery';
-import { organizationRetention, youngestHorizons } from '../webhooks';
+import { organizationRetention, youngestHorizons } from '../endpoints';
+import { Poller } from '../poller';
 
 /** The tables the sweep's statements read and write, each written by its owner's part. */
 type SweepTables = InferKyselyDB<
@@ -49,7 +50,7 @@ export interface SweepPass {
 }
 
 /**
- * Removes delivery data past its retention (src/webhooks/retention.ts), in the background of
+ * Removes delivery data past its retention (src/endpoints/retention.ts), in the background of
  * every API instance: finished deliveries' payloads, published events' payloads, attempt
  * rows, finished recovery jobs.
  * Each batch is one statement, its own transaction, at most `batchSize` rows taken oldest
@@ -59,23 +60,31 @@ export interface SweepPass {
  * recovery); this only paces them.
  */
 export class RetentionSweep {
-  private timer: NodeJS.Timeout | null = null;
+  private readonly loop: Poller;
   private running: Promise<SweepPass> | null = null;
   private stopping = new AbortController();
 
-  constructor(private readonly options: RetentionSweepOptions) {}
-
-  /** Sweeps every `intervalMs`, the first pass one interval from now. */
-  start(): void {
-    this.stopping = new AbortController();
-    this.schedule();
+  constructor(private readonly options: RetentionSweepOptions) {
+    this.loop = new Poller({
+      round: async () => {
+        const pass = await this.sweep();
+        if (pass.payloadsExpired + pass.eventPayloadsExpired + pass.attemptsDeleted + pass.recoveryJobsDeleted > 0) options.logger.info({ ...pass }, 'retention sweep');
+      },
+      intervalMs: options.intervalMs,
+      onError: (error) => options.logger.warn({ err: error }, 'retention sweep failed; the next pass goes on'),
+    });
   }
 
-  /** Stops the timer, ends a pass at its current batch and waits for that batch. */
+  /** A pass now, then one `intervalMs` after each pass ends, until stop(). */
+  start(): void {
+    if (this.stopping.signal.aborted) this.stopping = new AbortController();
+    this.loop.start();
+  }
+
+  /** No more passes; a pass running ends at its current batch, which is waited for. */
   async stop(): Promise<void> {
     this.stopping.abort();
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
+    await this.loop.stop();
     await this.running?.catch(() => undefined);
   }
 
@@ -83,19 +92,6 @@ export class RetentionSweep {
   async sweep(): Promise<SweepPass> {
     this.running ??= this.pass().finally(() => (this.running = null));
     return this.running;
-  }
-
-  private schedule(): void {
-    if (this.stopping.signal.aborted) return;
-    this.timer = setTimeout(() => {
-      this.sweep()
-        .then((pass) => {
-          if (pass.payloadsExpired + pass.eventPayloadsExpired + pass.attemptsDeleted + pass.recoveryJobsDeleted > 0) this.options.logger.info({ ...pass }, 'retention sweep');
-        })
-        .catch((error: unknown) => this.options.logger.warn({ err: error }, 'retention sweep failed; the next pass goes on'))
-        .finally(() => this.schedule());
-    }, this.options.intervalMs);
-    this.timer.unref();
   }
 
   private async pass(): Promise<SweepPass> {

@@ -12,7 +12,7 @@ import { migrateAs, resolveDatabaseUrl } from '../../src/db';
 import { createOrganization } from '../../src/auth';
 import { DeliveryRecords } from '../../src/delivery';
 import { eraseDeliveryData, RetentionSweep } from '../../src/retention';
-import { RETENTION_BY_PLAN } from '../../src/webhooks';
+import { RETENTION_BY_PLAN } from '../../src/endpoints';
 import { endpoint, recordDelivery } from '../support/deliveries';
 
 const DAY = 24 * 60 * 60 * 1000;
