@@ -109,6 +109,9 @@ export interface DevServer {
   kill(): Promise<void>;
 }
 
+/** Dynamic configuration every Temporal server the project runs is given (values as JSON). */
+export const TEMPORAL_DYNAMIC_CONFIG: readonly (readonly [string, string])[] = [['matching.enableFairness', 'true']];
+
 /**
  * Starts a development server and waits until its frontend answers health checks with the
  * namespace registered. The server runs under a small shell that also ends it when this
@@ -133,6 +136,9 @@ export async function startTemporalDevServer(options: DevServerOptions = {}): Pr
     ...(options.dbFile ? ['--db-filename', options.dbFile] : []),
     ...(uiPort === null ? ['--headless'] : ['--ui-port', String(uiPort)]),
     ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=Keyword`]),
+    // Dispatch shares per fairness key (the attempt activity's key is its endpoint): one
+    // endpoint's backlog does not queue another's attempts behind it.
+    ...TEMPORAL_DYNAMIC_CONFIG.flatMap(([key, value]) => ['--dynamic-config-value', `${key}=${value}`]),
   ];
   const log = options.logFile ? openSync(options.logFile, 'a') : 'ignore';
   // `cat` returns when our end of stdin closes (we stopped it, or we died): then the server is told to stop.

@@ -49,17 +49,30 @@ export const PATCHES = {
   releaseSignal: 'release-signal',
   /** Retries that ran out with attempts unsent (a worker died before sending) are topped up. */
   topUpUnsentAttempts: 'top-up-unsent-attempts',
+  /** An endpoint with all its turns in flight: wait briefly and ask again, instead of an interval as if held. */
+  endpointTurn: 'endpoint-turn',
 } as const;
+
+/** A wait for an endpoint's turn, jittered (the workflow's seeded Math.random) so a burst's deliveries do not come back together. */
+function jittered(ms: number): number {
+  return Math.round(ms * (0.5 + Math.random()));
+}
 
 export const releaseSignal = defineSignal(RELEASE_SIGNAL);
 
 const { deadLetter } = proxyActivities<DeliveryActivities>(DEAD_LETTER_ACTIVITY_OPTIONS);
 
-/** The attempt activity with a retry budget of the attempts the delivery has left. */
-function attemptsLeft(remaining: number, intervalMs: number | undefined) {
+/**
+ * The attempt activity with a retry budget of the attempts the delivery has left. Its
+ * fairness key is the endpoint: with fairness on the task queue (matching.enableFairness),
+ * each endpoint's attempts get their share of dispatch, so one endpoint's backlog does not
+ * queue another's first attempt behind it.
+ */
+function attemptsLeft(ref: DeliveryRef, remaining: number, intervalMs: number | undefined) {
   const retry = { ...ATTEMPT_ACTIVITY_OPTIONS.retry, maximumAttempts: Math.max(1, remaining) };
   return proxyActivities<DeliveryActivities>({
     ...ATTEMPT_ACTIVITY_OPTIONS,
+    priority: { fairnessKey: ref.endpointId },
     retry: intervalMs === undefined ? retry : { ...retry, initialInterval: intervalMs, maximumInterval: intervalMs },
   }).attemptDelivery;
 }
@@ -100,7 +113,7 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     released = false;
     let outcome: AttemptOutcome;
     try {
-      outcome = await attemptsLeft(MAX_ATTEMPTS - sent, progress.retryIntervalMs)(ref);
+      outcome = await attemptsLeft(ref, MAX_ATTEMPTS - sent, progress.retryIntervalMs)(ref);
     } catch (err) {
       if (isCancellation(err)) throw err;
       const failure = err instanceof ActivityFailure ? err.cause : undefined;
@@ -125,6 +138,15 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
       return { status: 'dead_lettered' };
     }
     if (outcome.kind === 'delivered') return { status: 'delivered', attempts: outcome.attempt };
+    // The endpoint's turns were all in flight: nothing was sent or counted; ask again after the
+    // wait the activity set from the delivery's place in the endpoint's line. No activity slot
+    // is held meanwhile.
+    if (outcome.kind === 'turn' && patched(PATCHES.endpointTurn)) {
+      sent = outcome.sent;
+      await sleep(jittered(outcome.waitMs));
+      if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref, { ...progress, sent });
+      continue;
+    }
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
     if (patched(PATCHES.releaseSignal)) {

@@ -15,7 +15,7 @@
  */
 import os from 'node:os';
 import pino from 'pino';
-import { openDatabase, type MikroORM } from '../../src/db';
+import { databaseAt, openDatabase, type MikroORM } from '../../src/db';
 import { DeliveryRecords } from '../../src/delivery';
 import { RetentionSweep } from '../../src/retention';
 import { startLoad } from '../lib';
@@ -85,7 +85,7 @@ export async function benchRetention(ctx: Context): Promise<void> {
       log(`retention: inserting ${history} rows of history`);
       await insertHistory(ctx);
     }
-    orm = await openDatabase(DATABASE_URL, { pool: { min: 0, max: 2 } });
+    orm = await openDatabase(databaseAt(DATABASE_URL), { pool: { min: 0, max: 2 } });
     const measuring = new MeasuredSweep(ctx, orm);
     const before = await measuring.expired();
 

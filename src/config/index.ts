@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 export { createLogger, type Logger } from './logger';
-import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**
  * Configuration from the environment, validated once at start. Development
@@ -68,6 +68,9 @@ export type ProviderConfig =
   | { kind: 'sandbox' }
   | { kind: 'composio'; baseUrl: string; apiKey: string; authConfigIds: Record<string, string> };
 
+/** How often the API looks for failing endpoints to pause, and paused ones whose test delivery went through. */
+const AUTO_PAUSE_INTERVAL_MS = 60_000;
+
 export interface DeliveryConfig {
   /** CIDRs exempt from the SSRF filter; empty in production. */
   allowCidrs: string[];
@@ -80,6 +83,14 @@ export interface DeliveryConfig {
   concurrency: number;
   /** Outbound connections kept open to one receiver (host and port). */
   connectionsPerEndpoint: number;
+  /** Attempts one endpoint may have in flight at once, on either engine; at most connectionsPerEndpoint. */
+  endpointConcurrency: number;
+  /**
+   * The automatic pause of a failing endpoint: its last `deadLetters` deliveries all failed,
+   * the first `failingForMs` ago at least (at once after a 410 Gone); looked for every
+   * `intervalMs` (60 s; only NODE_ENV=test may shorten it). `deadLetters` 0: never.
+   */
+  autoPause: { deadLetters: number; failingForMs: number; intervalMs: number };
   /** An outbound connection is not reused past this age, so a receiver's DNS change is seen within it. */
   connectionMaxAgeMs: number;
   /** Embedded engine only: how often it looks for due deliveries. */
@@ -262,6 +273,13 @@ export function loadConfig(env: Env = process.env): Config {
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
       concurrency: int('DELIVERY_CONCURRENCY', 64, 1, 256),
       connectionsPerEndpoint: int('DELIVERY_CONNECTIONS_PER_ENDPOINT', 16, 1, 256),
+      endpointConcurrency: int('DELIVERY_ENDPOINT_CONCURRENCY', DEFAULT_ENDPOINT_CONCURRENCY, 1, 256),
+      // Svix's five days of continuous failure, and Convoy's ten failures in a row: neither is hasty.
+      autoPause: {
+        deadLetters: int('DELIVERY_AUTO_PAUSE_DEAD_LETTERS', 10, 0, 1000),
+        failingForMs: int('DELIVERY_AUTO_PAUSE_FAILING_MS', 5 * 24 * 3600_000, 0, 90 * 24 * 3600_000),
+        intervalMs: AUTO_PAUSE_INTERVAL_MS,
+      },
       // Ten minutes at most: longer, a moved receiver (or a name rebound to a forbidden address) keeps getting requests at its old one.
       connectionMaxAgeMs: int('DELIVERY_CONNECTION_MAX_AGE_MS', 60_000, 1000, 600_000),
       retryIntervalMs: RETRY_INTERVAL_MS,
@@ -275,6 +293,16 @@ export function loadConfig(env: Env = process.env): Config {
     },
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
   };
+  // An attempt beyond the receiver's connections would wait for one of ours, holding its endpoint's turn unsent.
+  if (config.delivery.endpointConcurrency > config.delivery.connectionsPerEndpoint) {
+    problems.push(
+      `DELIVERY_ENDPOINT_CONCURRENCY (${config.delivery.endpointConcurrency}) must not exceed DELIVERY_CONNECTIONS_PER_ENDPOINT (${config.delivery.connectionsPerEndpoint})`,
+    );
+  }
+  if (env.DELIVERY_TEST_AUTO_PAUSE_SWEEP_MS) {
+    if (nodeEnv === 'test') config.delivery.autoPause.intervalMs = int('DELIVERY_TEST_AUTO_PAUSE_SWEEP_MS', AUTO_PAUSE_INTERVAL_MS, 50, AUTO_PAUSE_INTERVAL_MS);
+    else problems.push('DELIVERY_TEST_AUTO_PAUSE_SWEEP_MS is honoured only with NODE_ENV=test: failing endpoints are looked for every 60 s');
+  }
   if (env.DELIVERY_TEST_RETRY_INTERVAL_MS) {
     if (nodeEnv === 'test') config.delivery.retryIntervalMs = int('DELIVERY_TEST_RETRY_INTERVAL_MS', RETRY_INTERVAL_MS, 1, RETRY_INTERVAL_MS);
     else problems.push('DELIVERY_TEST_RETRY_INTERVAL_MS is honoured only with NODE_ENV=test: the retry interval is fixed at 30 s');

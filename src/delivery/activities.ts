@@ -3,13 +3,14 @@ import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
 import { RESPONSE_EXCERPT_LENGTH, type AttemptErrorClass, type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
 import type { Logger, Config } from '../config';
-import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
+import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS, TURN_PLACE_LIMIT, TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient, type OutboundErrorKind } from '../outbound';
 import { deliveryHeaders, overlapRunning, type DeliverySigning } from '../signatures';
 import type { AttemptKey, AttemptResultRecord, AttemptStart, DeliveryRecords, RecordedOutcome } from './records';
 import { GroupCommit } from './group-commit';
+import { retryAfterSeconds } from './receiver-answer';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -40,6 +41,8 @@ export type AttemptResult =
   /** A counted attempt failed; `exhausted` after the last one. */
   | { kind: 'failed'; sent: number; exhausted: boolean; error: string }
   | { kind: 'held'; sent: number }
+  /** The endpoint's turns are all in flight: nothing was written or sent; the engine tries again after about `waitMs`. */
+  | { kind: 'turn'; sent: number; waitMs: number }
   | { kind: 'gone'; reason: string }
   | { kind: 'exhausted'; sent: number }
   /** Another executor closed this attempt and went on (this one had been taken for dead). */
@@ -100,11 +103,12 @@ export class DeliveryAttempts {
   /** `begun`: the attempt as the embedded engine's claim began it (claimDue), instead of a beginAttempt of its own. */
   async run(ref: DeliveryRef, liveness: AttemptLiveness, begun?: AttemptStart): Promise<AttemptResult> {
     const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
+    const progress = { sent: false };
     try {
-      return await this.attempt(ref, liveness, begun);
+      return await this.attempt(ref, liveness, begun, progress);
     } catch (error) {
       if (failureClass(error) !== 'permanent') throw error;
-      return await this.abandon(ref, error, liveness.signal);
+      return await this.abandon(ref, error, liveness.signal, progress.sent);
     } finally {
       clearInterval(beat);
     }
@@ -114,9 +118,13 @@ export class DeliveryAttempts {
    * Ends a delivery that failed for a reason of ours no retry can fix, as dead-lettered with
    * a reason that says so. Retrying would fail the same way forever (a Temporal workflow
    * topping up attempts that never send, an embedded lease re-begun after every lapse).
+   * `sent`: the request had been written when it failed, so the receiver may have it; the
+   * reason says so, and the attempt stays counted.
    */
-  private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal): Promise<AttemptResult> {
-    const reason = `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
+  private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal, sent: boolean): Promise<AttemptResult> {
+    const reason = sent
+      ? `Sent, then failed on our side before its outcome was recorded (${describeFailure(error)}); the receiver may have it, so no retry follows. An operator can find the cause in the logs by delivery id.`
+      : `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
     this.deps.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery dead-lettered by a failure of ours');
     if (await this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal)) this.deps.onEvent?.('dead_lettered');
     return { kind: 'abandoned', reason };
@@ -128,7 +136,8 @@ export class DeliveryAttempts {
     if (await this.untilRecorded(() => this.records.deadLetter(em, ref), signal)) this.deps.onEvent?.('dead_lettered');
   }
 
-  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined): Promise<AttemptResult> {
+  /** `progress.sent` turns true once a request is about to be written: a failure from there on may follow a delivery the receiver has. */
+  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined, progress: { sent: boolean }): Promise<AttemptResult> {
     // Forked only for an attempt the engine's claim did not begin: most never need one.
     let em: EntityManager | undefined;
     const now = this.deps.now ?? Date.now;
@@ -144,6 +153,11 @@ export class DeliveryAttempts {
         case 'held':
           this.deps.onEvent?.('held');
           return start;
+        case 'turn': {
+          const ahead = await this.untilRecorded(() => this.records.placeInLine((em ??= this.deps.orm.em.fork()), ref, TURN_PLACE_LIMIT), liveness.signal);
+          const rounds = Math.floor(ahead / this.records.endpointConcurrency);
+          return { kind: 'turn', sent: start.sent, waitMs: Math.min(TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS * (1 + rounds)) };
+        }
         case 'exhausted':
           return start;
         case 'wait':
@@ -160,17 +174,20 @@ export class DeliveryAttempts {
       let error: string | null = null;
       let errorClass: AttemptErrorClass | null = null;
       let excerpt: string | null = null;
+      let retryAfter: number | null = null;
       try {
         const response = await this.deps.outbound.post(start.url, headers, start.payload, {
           signal: liveness.signal,
           beforeSend: async () => {
             const marked = await this.dispatches.submit({ ref, attempt: start.attempt, startedAt: start.startedAt });
             refusedBeforeSend = !marked;
+            progress.sent = marked;
             return marked;
           },
         });
         status = response.status;
         excerpt = excerptOf(response.body);
+        retryAfter = retryAfterSeconds(status, response.retryAfter, now());
         if (status < 200 || status >= 300) {
           error = `The endpoint answered HTTP ${status}.`;
           errorClass = 'http_status';
@@ -190,7 +207,8 @@ export class DeliveryAttempts {
       }
 
       // The outcome is real from here on: keep it until PostgreSQL takes it, whatever else happens.
-      const recorded = await this.untilRecorded(() => this.outcomes.submit({ ref, attempt: start.attempt, startedAt: start.startedAt, status, error, errorClass, excerpt }));
+      const result = { ref, attempt: start.attempt, startedAt: start.startedAt, status, error, errorClass, excerpt, retryAfterSeconds: retryAfter };
+      const recorded = await this.untilRecorded(() => this.outcomes.submit(result));
       if (recorded.kind === 'superseded') {
         this.deps.logger.warn({ deliveryId: ref.deliveryId, attempt: start.attempt }, 'delivery attempt outcome superseded by another executor');
         return recorded;
@@ -271,6 +289,8 @@ function activityOutcome(result: AttemptResult): AttemptOutcome {
       return { kind: 'delivered', attempt: result.attempt, status: result.status };
     case 'held':
       return { kind: 'held', sent: result.sent };
+    case 'turn':
+      return { kind: 'turn', sent: result.sent, waitMs: result.waitMs };
     case 'gone':
       throw ApplicationFailure.nonRetryable(result.reason, FAILURE_TYPES.endpointGone);
     case 'exhausted':

@@ -57,6 +57,9 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
         // A series of a delivery runs once: never beside a running one, never again after it closed.
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
         workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+        // The workflow's tasks share the queue fairly by endpoint, as its attempts do: one
+        // endpoint's backlog of waiting deliveries does not queue another's first step.
+        priority: { fairnessKey: ref.endpointId },
         memo: {
           organizationId: ref.organizationId,
           endpointId: ref.endpointId,

@@ -1,10 +1,10 @@
 import { Pool } from 'pg';
 import { type Config, createLogger, type Logger } from '../config';
-import { openDatabase, migrate, type MikroORM } from '../db';
+import { databaseAt, openDatabase, migrate, type MikroORM } from '../db';
 import { PrincipalCache } from '../auth';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
-import { WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
+import { FailingEndpointPause, WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
 import { SecretBox } from '../secrets';
 import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
@@ -106,7 +106,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const { config } = options;
   const logger = options.logger ?? createLogger(config.logLevel);
   const ownsOrm = !options.orm;
-  const orm = options.orm ?? (await openDatabase(config.databaseUrl));
+  const orm = options.orm ?? (await openDatabase(databaseAt(config.databaseUrl)));
   if (ownsOrm) await migrate(orm);
   const now = options.now ?? Date.now;
 
@@ -122,7 +122,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   limiterPool.on('error', (error) => logger.warn({ err: error }, 'rate-limit pool lost a connection'));
   const principals = options.cachePrincipals === false ? undefined : new PrincipalCache({ connectionString: String(orm.config.get('clientUrl')), logger });
   await principals?.start();
-  const records = new DeliveryRecords({ now, retryIntervalMs: config.delivery.retryIntervalMs });
+  const records = new DeliveryRecords({ now, retryIntervalMs: config.delivery.retryIntervalMs, endpointConcurrency: config.delivery.endpointConcurrency });
   const temporal = config.temporal ? createTemporalClient(config.temporal) : null;
   const metrics = new Metrics({ orm, records, engineReachable: temporal?.reachable });
   const delivery = deliveriesFor(config, { orm, logger, now, records, temporal, onEvent: metrics.observeDelivery });
@@ -149,11 +149,22 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const posts = new PostServiceImpl(now, publisher);
   const recovery = new DeliveryRecovery({ orm, records: delivery.records, engine: delivery.engine, publisher, logger, now });
   const deliveryLog = new DeliveryLogServiceImpl({ records: delivery.records, recovery });
+  const failingEndpoints = new FailingEndpointPause({
+    orm,
+    deliveries: delivery.records,
+    engine: delivery.engine,
+    events: publisher,
+    logger,
+    now,
+    options: config.delivery.autoPause,
+    onChange: metrics.observeEndpointPause,
+  });
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, recovery, logger });
   const retention = new RetentionSweep({ orm, records: delivery.records, logger, now, intervalMs: config.retention.sweepIntervalMs, batchSize: config.retention.batchSize, pauseMs: config.retention.batchPauseMs });
   delivery.embedded?.begin();
   recovery.begin();
   retention.start();
+  if (config.delivery.autoPause.deadLetters > 0) failingEndpoints.begin();
 
   const shutdown = new ShutdownReadiness();
   const readiness: ReadinessCheck[] = [
@@ -183,6 +194,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     shutdown,
     async close() {
       await retention.stop();
+      await failingEndpoints.close();
       await recovery.close();
       await delivery.close();
       await principals?.close();

@@ -117,6 +117,17 @@ describe('deliverWebhook with its patches', () => {
     return history;
   }
 
+  it("waits for its endpoint's turn without counting an attempt, then sends with the whole budget", async () => {
+    const history = deliveryHistory().workflowTask();
+    const waiting = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(waiting, { kind: 'turn', sent: 0, waitMs: 1_000 }).workflowTask().patchMarker(PATCHES.endpointTurn);
+    history.timerFired(history.startTimer(1_000)).workflowTask();
+    const sent = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(sent, delivered(1)).workflowTask().completed({ status: 'delivered', attempts: 1 });
+
+    await expect(replay(history.toJSON())).resolves.toBeDefined();
+  });
+
   it('does not wait out the interval when the release signal arrived while the held attempt was returning', async () => {
     const history = deliveryHistory().workflowTask();
     const held = history.scheduleActivity(attempt, [ref], attemptOptions(8));

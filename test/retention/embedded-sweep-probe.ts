@@ -8,7 +8,7 @@
  *                      and prints one JSON line: what they removed and the rows as stored.
  */
 import pino from 'pino';
-import { migrateAs, resolveDatabaseUrl } from '../../src/db';
+import { migrateAs, openDatabase, resolveDatabaseUrl } from '../../src/db';
 import { createOrganization } from '../../src/auth';
 import { DeliveryRecords } from '../../src/delivery';
 import { eraseDeliveryData, RetentionSweep } from '../../src/retention';
@@ -22,8 +22,8 @@ async function main(): Promise<void> {
   const logger = pino({ level: 'silent' });
   const database = await resolveDatabaseUrl('', logger, { dataDir, local: { host: '127.0.0.1', port: Number(port) }, embedded: 'own' });
   try {
-    await migrateAs(database.migrationUrl);
-    const orm = await database.open();
+    await migrateAs(database);
+    const orm = await openDatabase(database);
     try {
       const records = new DeliveryRecords();
       const sql = <T>(text: string, params: unknown[] = []) => orm.em.fork().execute<T[]>(text, params);

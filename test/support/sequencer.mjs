@@ -11,6 +11,9 @@ const LONGEST_FIRST = [
   'test/delivery/contract-timing.temporal.test.ts',
   'test/delivery/contract-timing.embedded.test.ts',
   'test/delivery/engine-contract.test.ts',
+  // 800 deliveries to receivers that answer after 9 s (or never), on each engine.
+  'test/delivery/noisy-neighbour.test.ts',
+  'test/webhooks/auto-pause.test.ts',
   'test/delivery/temporal-live.test.ts',
   'test/robustness/hostile-grpc.test.ts',
   'test/robustness/hostile-rest.test.ts',

@@ -29,6 +29,8 @@ export interface AttemptResultRecord extends AttemptKey {
   errorClass?: AttemptErrorClass | null;
   /** The start of the receiver's answer (cut to RESPONSE_EXCERPT_LENGTH characters); null (or absent) when none came back. */
   excerpt?: string | null;
+  /** The wait a 429 or 503 asked for (Retry-After), in seconds; null (or absent) otherwise. */
+  retryAfterSeconds?: number | null;
 }
 
 /** What recordOutcomes wrote of one attempt. */
@@ -59,6 +61,7 @@ export async function recordOutcomes(em: EntityManager, schedule: Schedule, outc
     error: outcomes.map((o) => o.error),
     errorClass: outcomes.map((o) => o.errorClass ?? null),
     excerpt: outcomes.map((o) => o.excerpt?.slice(0, RESPONSE_EXCERPT_LENGTH) ?? null),
+    retryAfter: outcomes.map((o) => o.retryAfterSeconds ?? null),
   });
   const closed = new Set(rows.map((r) => r.delivery_id));
   return outcomes.map((o): RecordedOutcome => {
@@ -157,9 +160,10 @@ function attemptResults(p: AttemptResultColumns) {
     error: string | null;
     error_class: AttemptErrorClass | null;
     response_excerpt: string | null;
+    retry_after_seconds: number | null;
   }>`(select * from unnest(
-    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[], ${p.errorClass}::text[], ${p.excerpt}::text[]
-  ) as v(delivery_id, attempt, started_at, response_status, error, error_class, response_excerpt))`.as('v');
+    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[], ${p.errorClass}::text[], ${p.excerpt}::text[], ${p.retryAfter}::int[]
+  ) as v(delivery_id, attempt, started_at, response_status, error, error_class, response_excerpt, retry_after_seconds))`.as('v');
 }
 
 /** Attempt results column by column (recordOutcomes). */
@@ -168,6 +172,7 @@ type AttemptResultColumns = AttemptColumns & {
   error: (string | null)[];
   errorClass: (AttemptErrorClass | null)[];
   excerpt: (string | null)[];
+  retryAfter: (number | null)[];
 };
 
 /** markAllDispatched's statement. */
@@ -191,7 +196,7 @@ function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date })
               .whereRef('d.id', '=', 'v.delivery_id')
               .whereRef('d.series', '=', 'a.series')
               .where('d.status', 'in', OPEN_STATUSES)
-              .where((s) => s.not(stoppedBy(s.ref('d.organization_id'), s.ref('d.endpoint_id')))),
+              .where((s) => s.not(stoppedBy(s.ref('d.organization_id'), s.ref('d.endpoint_id'), s.ref('d.event_type')))),
           ),
         )
         .returning(['a.delivery_id', 'a.attempt']),
@@ -216,6 +221,7 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptResultColumns & { now: Da
           error: sql<string | null>`v.error`,
           error_class: sql<AttemptErrorClass | null>`v.error_class`,
           response_excerpt: sql<string | null>`v.response_excerpt`,
+          retry_after_seconds: sql<number | null>`v.retry_after_seconds`,
         })
         .whereRef('a.delivery_id', '=', 'v.delivery_id')
         .whereRef('a.attempt', '=', 'v.attempt')

@@ -29,6 +29,8 @@ export interface AttemptView {
   error: string | null;
   errorClass: AttemptErrorClass | null;
   responseExcerpt: string | null;
+  /** What a 429 or 503 asked for in its Retry-After header, in seconds. */
+  retryAfterSeconds: number | null;
 }
 
 export interface DeliveryView extends ListedDelivery {
@@ -146,6 +148,7 @@ export async function lookup(em: EntityManager, by: { deliveryId: string } | { e
         'error',
         'error_class',
         'response_excerpt',
+        'retry_after_seconds',
       ])
       .where('delivery_id', '=', delivery.id)
       .orderBy('series')
@@ -165,6 +168,7 @@ export async function lookup(em: EntityManager, by: { deliveryId: string } | { e
       error: a.error,
       errorClass: a.error_class,
       responseExcerpt: a.response_excerpt,
+      retryAfterSeconds: a.retry_after_seconds,
     })),
     deadLetteredAt: dead ? new Date(dead.atMs) : null,
   };

@@ -51,6 +51,8 @@ export function db(em: EntityManager): Kysely<Tables> {
 export interface Schedule {
   now: () => number;
   retryIntervalMs: number;
+  /** Attempts one endpoint may have in flight at once (its turns). */
+  endpointConcurrency: number;
 }
 
 /** A delivery as lists show it: the listed fields only (never the payload), timestamps as epoch milliseconds. */
@@ -115,8 +117,16 @@ export function listedQuery(k: Kysely<Tables>) {
   return k.selectFrom('webhook_deliveries as w').select(listedColumns);
 }
 
-/** True while a kill switch stops the organization, or its customer has paused the endpoint, whose ids the expressions name. */
-export function stoppedBy(organizationId: Expression<string>, endpointId: Expression<string>) {
+/**
+ * True while a kill switch stops the organization, or the endpoint is paused, whose ids the
+ * expressions name; an endpoint paused for failing still takes its test deliveries.
+ */
+export function stoppedBy(organizationId: Expression<string>, endpointId: Expression<string>, eventType: Expression<string>) {
   return sql<boolean>`(exists (select 1 from kill_switches k where k.enabled and k.scope in (${GLOBAL_SCOPE}, ${organizationId}::text))
-    or exists (select 1 from webhook_endpoints p where p.id = ${endpointId} and p.paused_at is not null))`;
+    or exists (select 1 from webhook_endpoints p where p.id = ${endpointId} and p.paused_at is not null
+      and not (p.pause_reason = ${FAILING_PAUSE} and ${eventType} = ${TEST_EVENT_TYPE})))`;
 }
+
+/** An endpoint the service paused because its deliveries kept failing: a test delivery still goes out, and its success lifts the pause. */
+export const FAILING_PAUSE = 'failing';
+const TEST_EVENT_TYPE = 'webhook.test';
