@@ -25,7 +25,12 @@ export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
 
 /** The search attributes the delivery workflows carry (src/delivery/temporal-engine.ts), registered at start. */
-export const DELIVERY_SEARCH_ATTRIBUTE_NAMES = ['OrganizationId', 'EndpointId', 'EventId'] as const;
+export const DELIVERY_SEARCH_ATTRIBUTE_NAMES = ['OrganizationId', 'EndpointId', 'EventId', 'DeliveryOutcome', 'DeliveryAttempts'] as const;
+
+/** Their types, as `temporal operator search-attribute create --type` and `start-dev --search-attribute` name them: Keyword unless said. */
+export function deliverySearchAttributeType(name: (typeof DELIVERY_SEARCH_ATTRIBUTE_NAMES)[number]): 'Keyword' | 'Int' {
+  return name === 'DeliveryAttempts' ? 'Int' : 'Keyword';
+}
 
 const root = path.resolve(__dirname, '..');
 
@@ -34,11 +39,11 @@ export function temporalBinaryPath(): string {
   return path.join(root, '.tools', `temporal-cli-${TEMPORAL_CLI_VERSION}`, 'temporal');
 }
 
-function goBinary(): string {
+export function goBinary(): string {
   const onPath = spawnSync('sh', ['-c', 'command -v go'], { encoding: 'utf8' }).stdout.trim();
   if (onPath) return onPath;
   if (existsSync('/usr/local/go/bin/go')) return '/usr/local/go/bin/go';
-  throw new Error('Go is needed to build the Temporal development server (go install ' + `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}); none was found on PATH or in /usr/local/go`);
+  throw new Error('Go is needed to build the Temporal development server and Jaeger (.tools/); none was found on PATH or in /usr/local/go');
 }
 
 /**
@@ -80,6 +85,13 @@ export async function freePort(): Promise<number> {
     });
   });
 }
+
+/**
+ * A shell that runs `"$@"` and stops it when our end of its stdin closes (we stopped it, or we
+ * died): `cat` returns then. (A background job's stdin is /dev/null unless redirected, hence fd 3.)
+ * Spawn it detached, with stdin a pipe; stopChild ends it.
+ */
+export const WATCHDOG = 'exec 3<&0; trap \'kill -TERM "$child" 2>/dev/null\' TERM; "$@" & child=$!; (cat <&3 >/dev/null; kill -TERM "$child" 2>/dev/null) & wait "$child"; status=$?; wait "$child" 2>/dev/null; exit $status';
 
 export interface DevServerOptions {
   /** SQLite file; the server's workflows survive a restart on the same file. Default: in memory. */
@@ -135,16 +147,13 @@ export async function startTemporalDevServer(options: DevServerOptions = {}): Pr
     'warn',
     ...(options.dbFile ? ['--db-filename', options.dbFile] : []),
     ...(uiPort === null ? ['--headless'] : ['--ui-port', String(uiPort)]),
-    ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=Keyword`]),
+    ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=${deliverySearchAttributeType(name)}`]),
     // Dispatch shares per fairness key (the attempt activity's key is its endpoint): one
     // endpoint's backlog does not queue another's attempts behind it.
     ...TEMPORAL_DYNAMIC_CONFIG.flatMap(([key, value]) => ['--dynamic-config-value', `${key}=${value}`]),
   ];
   const log = options.logFile ? openSync(options.logFile, 'a') : 'ignore';
-  // `cat` returns when our end of stdin closes (we stopped it, or we died): then the server is told to stop.
-  // (A background job's stdin is /dev/null unless redirected, hence fd 3.)
-  const watchdog = 'exec 3<&0; trap \'kill -TERM "$child" 2>/dev/null\' TERM; "$@" & child=$!; (cat <&3 >/dev/null; kill -TERM "$child" 2>/dev/null) & wait "$child"; status=$?; wait "$child" 2>/dev/null; exit $status';
-  const child = spawn('sh', ['-c', watchdog, 'temporal-dev-server', binary, ...args], { stdio: ['pipe', log, log], detached: true });
+  const child = spawn('sh', ['-c', WATCHDOG, 'temporal-dev-server', binary, ...args], { stdio: ['pipe', log, log], detached: true });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const address = `127.0.0.1:${port}`;
   try {
@@ -190,7 +199,8 @@ async function untilHealthy(address: string, namespace: string, child: ChildProc
   throw new Error(`the Temporal development server did not answer on ${address} within 60 s: ${String(lastError)}`);
 }
 
-async function stopChild(child: ChildProcess, exited: Promise<number | null>, signal: 'SIGTERM' | 'SIGKILL'): Promise<void> {
+/** Stops a child spawned under WATCHDOG: SIGTERM through its stdin (SIGKILL after 15 s), or SIGKILL at once. */
+export async function stopChild(child: ChildProcess, exited: Promise<number | null>, signal: 'SIGTERM' | 'SIGKILL'): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const group = -child.pid!;
   try {

@@ -22,6 +22,7 @@ import {
   RELEASE_SIGNAL,
   RETRY_INTERVAL_MS,
 } from './policy';
+import { OutcomeReport } from './outcome';
 
 /**
  * The attempt activity's options: the contract's fixed 30 s between attempts, at most 8.
@@ -51,6 +52,8 @@ export const PATCHES = {
   topUpUnsentAttempts: 'top-up-unsent-attempts',
   /** An endpoint with all its turns in flight: wait briefly and ask again, instead of an interval as if held. */
   endpointTurn: 'endpoint-turn',
+  /** DeliveryOutcome and DeliveryAttempts are updated as the workflow learns them (outcome.ts). */
+  outcomeInUi: 'outcome-search-attributes',
 } as const;
 
 /** A wait for an endpoint's turn, jittered (the workflow's seeded Math.random) so a burst's deliveries do not come back together. */
@@ -107,11 +110,13 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     released = true;
   });
   let sent = progress.sent;
+  const report = new OutcomeReport(PATCHES.outcomeInUi);
   for (;;) {
     // A release counts from the attempt on: one that arrives while a held attempt's result is
     // on its way must still wake the wait that follows.
     released = false;
     let outcome: AttemptOutcome;
+    report.sending(sent);
     try {
       outcome = await attemptsLeft(ref, MAX_ATTEMPTS - sent, progress.retryIntervalMs)(ref);
     } catch (err) {
@@ -119,10 +124,12 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
       const failure = err instanceof ActivityFailure ? err.cause : undefined;
       if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.endpointGone) {
         // The activity already marked the row failed with this reason; a dead letter would be noise.
+        report.ended('failed', sent, failure.message);
         return { status: 'failed', reason: failure.message };
       }
       if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.abandoned) {
         // A failure of ours no retry can fix: the activity already dead-lettered the row with the reason.
+        report.ended('dead_lettered', sent, failure.message);
         return { status: 'dead_lettered', reason: failure.message };
       }
       const exhausted = failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.attemptsExhausted;
@@ -130,14 +137,19 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
         const reported = sentIn(failure);
         sent = reported ?? sent;
         if (reported === undefined || reported < MAX_ATTEMPTS) {
+          report.retrying(sent, Date.now() + interval);
           await sleep(interval);
           continue;
         }
       }
       await deadLetter(ref);
+      report.ended('dead_lettered', sentIn(failure) ?? MAX_ATTEMPTS);
       return { status: 'dead_lettered' };
     }
-    if (outcome.kind === 'delivered') return { status: 'delivered', attempts: outcome.attempt };
+    if (outcome.kind === 'delivered') {
+      report.ended('delivered', outcome.attempt);
+      return { status: 'delivered', attempts: outcome.attempt };
+    }
     // The endpoint's turns were all in flight: nothing was sent or counted; ask again after the
     // wait the activity set from the delivery's place in the endpoint's line. No activity slot
     // is held meanwhile.
@@ -149,6 +161,7 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     }
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
+    report.held(sent, Date.now() + interval);
     if (patched(PATCHES.releaseSignal)) {
       await condition(() => released, interval);
     } else {

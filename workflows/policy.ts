@@ -80,3 +80,14 @@ export const FAILURE_TYPES = {
 
 /** Signal the API sends a held delivery's workflow when its kill switch goes off. */
 export const RELEASE_SIGNAL = 'releaseHeldDelivery';
+
+/**
+ * Search attributes the delivery workflow keeps current, so an operator can list deliveries
+ * by how they ended in the Temporal UI (`DeliveryOutcome = "dead_lettered"`): the outcome
+ * (a Keyword) and the attempts sent (an Int). The API sets them at start, only when
+ * TEMPORAL_SEARCH_ATTRIBUTES=true; the workflow updates them only when they were set.
+ */
+export const OUTCOME_ATTRIBUTES = { outcome: 'DeliveryOutcome', attempts: 'DeliveryAttempts' } as const;
+
+/** The values of DeliveryOutcome: `sending` from the start until the workflow learns more. */
+export type DeliveryOutcome = 'sending' | 'held' | 'retrying' | 'delivered' | 'dead_lettered' | 'failed';

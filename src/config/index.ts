@@ -1,6 +1,10 @@
 import { createHash } from 'node:crypto';
 
 export { createLogger, type Logger } from './logger';
+import type { TracingConfig } from '../tracing';
+import { tracingConfig } from './tracing';
+export type { WorkerConfig } from './worker';
+import { workerConfig, type WorkerConfig } from './worker';
 import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../workflows/policy';
 
 /**
@@ -46,6 +50,9 @@ export interface Config {
   retention: RetentionConfig;
   /** `npm run worker`: the port of its /metrics, /healthz and /readyz. */
   workerMetricsPort: number;
+  worker: WorkerConfig;
+  /** OpenTelemetry traces, from the standard OTEL_* variables (config/tracing.ts); null: off. */
+  tracing: TracingConfig | null;
 }
 
 /** The retention sweep's pace (README "Retention and erasure"); the periods are the plans'. */
@@ -99,7 +106,7 @@ export interface DeliveryConfig {
   retryIntervalMs: number;
   /**
    * Temporal engine: how often the API looks for deliveries still pending (their workflow
-   * possibly never started), and how old such a row must be. 30 s and 60 s; only NODE_ENV=test
+   * possibly never started), and how old such a row must be. 5 s and 10 s; only NODE_ENV=test
    * may shorten them (DELIVERY_TEST_PENDING_SWEEP_MS).
    */
   pendingSweep: { intervalMs: number; olderThanMs: number };
@@ -126,8 +133,12 @@ const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
 const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
 const DEV_SECRET_KEY_ID = 'dev';
 const DEV_OPERATOR_TOKEN = 'development-operator-token';
-/** Temporal engine: the pending sweep's period; a row is swept once pending for two periods. */
-const PENDING_SWEEP_INTERVAL_MS = 30_000;
+/**
+ * Temporal engine: the pending sweep's period; a row is swept once pending for two periods.
+ * Seconds, so that deliveries an API left unstarted (it died, Temporal was down) go out
+ * within seconds; a sweep's start that races the API's own is a no-op.
+ */
+const PENDING_SWEEP_INTERVAL_MS = 5_000;
 
 const DEV_INTERNAL_SERVICE_TOKENS = 'development:development-internal-service-token-not-for-production';
 
@@ -247,6 +258,9 @@ export function loadConfig(env: Env = process.env): Config {
       }
     : null;
 
+  // The activity's start-to-close and the lease are derived from this limit: a longer
+  // deadline would let an attempt outlive the time Temporal gives it.
+  const attemptTimeoutMs = int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS);
   const config: Config = {
     env: nodeEnv,
     port,
@@ -266,9 +280,7 @@ export function loadConfig(env: Env = process.env): Config {
     delivery: {
       allowCidrs,
       extraCaPem: env.DELIVERY_EXTRA_CA_PEM || null,
-      // The activity's start-to-close and the lease are derived from this limit: a longer
-      // deadline would let an attempt outlive the time Temporal gives it.
-      attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS),
+      attemptTimeoutMs,
       maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
       concurrency: int('DELIVERY_CONCURRENCY', 64, 1, 256),
@@ -292,6 +304,8 @@ export function loadConfig(env: Env = process.env): Config {
       batchPauseMs: int('RETENTION_BATCH_PAUSE_MS', 100, 0, 60_000),
     },
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
+    worker: workerConfig(env, int, problems, attemptTimeoutMs),
+    tracing: tracingConfig(env, problems),
   };
   // An attempt beyond the receiver's connections would wait for one of ours, holding its endpoint's turn unsent.
   if (config.delivery.endpointConcurrency > config.delivery.connectionsPerEndpoint) {
@@ -311,7 +325,7 @@ export function loadConfig(env: Env = process.env): Config {
     if (nodeEnv === 'test') {
       const intervalMs = int('DELIVERY_TEST_PENDING_SWEEP_MS', PENDING_SWEEP_INTERVAL_MS, 100, PENDING_SWEEP_INTERVAL_MS);
       config.delivery.pendingSweep = { intervalMs, olderThanMs: 2 * intervalMs };
-    } else problems.push('DELIVERY_TEST_PENDING_SWEEP_MS is honoured only with NODE_ENV=test: the pending sweep runs every 30 s');
+    } else problems.push('DELIVERY_TEST_PENDING_SWEEP_MS is honoured only with NODE_ENV=test: the pending sweep runs every 5 s');
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -10,6 +10,7 @@ import { OutboundError, createOutboundClient, type OutboundClient, type Outbound
 import { deliveryHeaders, overlapRunning, type DeliverySigning } from '../signatures';
 import type { AttemptKey, AttemptResultRecord, AttemptStart, DeliveryRecords, RecordedOutcome } from './records';
 import { GroupCommit } from './group-commit';
+import { inDeliverySpan, noteInSpan, tracedOutbound } from '../tracing';
 import { retryAfterSeconds } from './receiver-answer';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
@@ -102,16 +103,21 @@ export class DeliveryAttempts {
 
   /** `begun`: the attempt as the embedded engine's claim began it (claimDue), instead of a beginAttempt of its own. */
   async run(ref: DeliveryRef, liveness: AttemptLiveness, begun?: AttemptStart): Promise<AttemptResult> {
-    const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
-    const progress = { sent: false };
-    try {
-      return await this.attempt(ref, liveness, begun, progress);
-    } catch (error) {
-      if (failureClass(error) !== 'permanent') throw error;
-      return await this.abandon(ref, error, liveness.signal, progress.sent);
-    } finally {
-      clearInterval(beat);
-    }
+    return inDeliverySpan('delivery.attempt', ref, async (span) => {
+      const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
+      const progress = { sent: false };
+      try {
+        const result = await this.attempt(ref, liveness, begun, progress).catch((error: unknown) => {
+          if (failureClass(error) !== 'permanent') throw error;
+          return this.abandon(ref, error, liveness.signal, progress.sent);
+        });
+        span.set({ 'publishing.outcome': result.kind });
+        if (result.kind === 'failed' || result.kind === 'gone' || result.kind === 'abandoned') span.fail(result.kind === 'failed' ? result.error : result.reason);
+        return result;
+      } finally {
+        clearInterval(beat);
+      }
+    });
   }
 
   /**
@@ -126,14 +132,16 @@ export class DeliveryAttempts {
       ? `Sent, then failed on our side before its outcome was recorded (${describeFailure(error)}); the receiver may have it, so no retry follows. An operator can find the cause in the logs by delivery id.`
       : `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
     this.deps.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery dead-lettered by a failure of ours');
-    if (await this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal)) this.deps.onEvent?.('dead_lettered');
+    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal));
+    if (recorded) this.deps.onEvent?.('dead_lettered');
     return { kind: 'abandoned', reason };
   }
 
   /** Dead-letters a delivery whose attempts are used up; waits out PostgreSQL being unreachable. */
   async deadLetter(ref: DeliveryRef, signal?: AbortSignal): Promise<void> {
     const em = this.deps.orm.em.fork();
-    if (await this.untilRecorded(() => this.records.deadLetter(em, ref), signal)) this.deps.onEvent?.('dead_lettered');
+    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(em, ref), signal));
+    if (recorded) this.deps.onEvent?.('dead_lettered');
   }
 
   /** `progress.sent` turns true once a request is about to be written: a failure from there on may follow a delivery the receiver has. */
@@ -167,6 +175,7 @@ export class DeliveryAttempts {
           break;
       }
 
+      noteInSpan({ 'publishing.attempt': start.attempt });
       const signedAt = now();
       const headers = deliveryHeaders(this.signingOf(start, signedAt), ref.deliveryId, start.payload, signedAt);
       let refusedBeforeSend = false;
@@ -218,6 +227,8 @@ export class DeliveryAttempts {
         return { kind: 'delivered', attempt: start.attempt, status: status ?? 200 };
       }
       this.deps.onEvent?.('attempt_failed');
+      // The last attempt's outcome dead-lettered the delivery; the dead-letter step after it finds it done.
+      if (recorded.exhausted) this.deps.onEvent?.('dead_lettered');
       this.deps.logger.info({ deliveryId: ref.deliveryId, attempt: start.attempt, error }, 'delivery attempt failed');
       if (liveness.signal.aborted) throw new CancelledFailure('The attempt was cancelled after its request was sent.');
       return { kind: 'failed', sent: recorded.sent, exhausted: recorded.exhausted, error: error ?? 'failed' };
@@ -338,13 +349,13 @@ export function activityDepsFromConfig(
   return {
     ...deps,
     secrets: new SecretBox(config.secretKeys, config.currentSecretKeyId),
-    outbound: createOutboundClient({
+    outbound: tracedOutbound(createOutboundClient({
       allowCidrs: config.delivery.allowCidrs,
       extraCa: config.delivery.extraCaPem ?? undefined,
       timeoutMs: config.delivery.attemptTimeoutMs,
       maxResponseBytes: config.delivery.maxResponseBytes,
       connectionsPerEndpoint: config.delivery.connectionsPerEndpoint,
       connectionMaxAgeMs: config.delivery.connectionMaxAgeMs,
-    }),
+    })),
   };
 }

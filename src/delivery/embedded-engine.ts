@@ -7,6 +7,7 @@ import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import type { DeliveryAttempts } from './activities';
 import type { AttemptStart } from './records';
 import { workflowIdFor } from './workflow-id';
+import { ClaimTraces } from '../tracing';
 
 export interface EmbeddedEngineOptions {
   orm: MikroORM;
@@ -40,10 +41,12 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   private readonly loop: Poller;
   private backlog = false;
   private idleWaiters: (() => void)[] = [];
+  /** Each claim of a delivery in the trace it was started in. */
+  private readonly traces = new ClaimTraces();
 
   constructor(private readonly options: EmbeddedEngineOptions) {
     this.loop = new Poller({
-      round: () => this.poll(),
+      round: () => this.traces.outsideTraces(() => this.poll()),
       intervalMs: options.pollIntervalMs,
       onError: (error) => options.logger.error({ err: error }, 'delivery poll failed'),
       afterRound: () => this.notifyIdle(),
@@ -55,6 +58,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   }
 
   async start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }> {
+    this.traces.remember(ref.deliveryId);
     this.wake();
     return { workflowId: workflowIdFor(ref, meta.series) };
   }
@@ -117,6 +121,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   private async poll(): Promise<void> {
     const free = this.options.concurrency - this.inFlight.size;
     if (free <= 0) return;
+    const claimedAt = Date.now();
     const claimed = await this.options.attempts.records.claimDue(this.options.orm.em.fork(), {
       owner: this.owner,
       limit: free,
@@ -125,7 +130,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
     });
     this.backlog = claimed.length === free;
     for (const { ref, start } of claimed) {
-      const run = this.run(ref, start).finally(() => {
+      const run = this.traces.inClaim(ref, claimedAt, claimed.length, () => this.run(ref, start)).finally(() => {
         this.inFlight.delete(ref.deliveryId);
         // A poll that could not take everything due leaves work waiting: take it once enough slots are free.
         if (this.backlog && (this.options.concurrency - this.inFlight.size >= this.refillAt || this.inFlight.size === 0)) this.wake();

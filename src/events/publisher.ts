@@ -3,6 +3,8 @@ import type { Logger } from '../config';
 import { epochMs, isUniqueViolation, isUuid, type EntityManager } from '../db';
 import { DELIVERY_EVENT_UNIQUE, type DeliveryEngine, type DeliveryRecords, type EventDelivery } from '../delivery';
 import { apiError } from '../errors';
+import { expectDeliveries, inDeliverySpan, inSpan } from '../tracing';
+import { publishAttributes, publishedAttributes } from './publish-spans';
 import { checkEvent, type CheckedEvent, type NewEvent, type PublishedEvent } from './event';
 import { db, eventColumns, eventOf, keyOf, recordEvents, type EventRow } from './publish-statement';
 
@@ -32,10 +34,14 @@ export class EventPublisher {
    * nothing else); a batch takes a transaction.
    */
   async publish(em: EntityManager, events: NewEvent[], publisher: string): Promise<PublishedEvent[]> {
-    const published =
-      events.length === 1 ? await this.publishEvents(em, events, publisher) : await em.transactional((tx) => this.publishEvents(tx, events, publisher));
-    await this.startDeliveries(published);
-    return published;
+    return inSpan('events.publish', () => publishAttributes(events, publisher), async (span) => {
+      expectDeliveries(events);
+      const published =
+        events.length === 1 ? await this.publishEvents(em, events, publisher) : await em.transactional((tx) => this.publishEvents(tx, events, publisher));
+      span.set(publishedAttributes(published));
+      await this.startDeliveries(published);
+      return published;
+    });
   }
 
   /**
@@ -100,14 +106,14 @@ export class EventPublisher {
         const { event, delivery } = next;
         const ref = { deliveryId: delivery.id, organizationId: event.organizationId, endpointId: delivery.endpointId, eventId: event.eventId };
         try {
-          await this.deps.engine.start(ref, { eventType: event.eventType, targetHost: new URL(delivery.endpointUrl).host });
+          await inDeliverySpan('delivery.start', ref, () => this.deps.engine.start(ref, { eventType: event.eventType, targetHost: new URL(delivery.endpointUrl).host }));
         } catch (error) {
           // Recorded and pending: the pending sweep starts it again. The producer's call succeeded.
           this.deps.logger.warn({ err: error, deliveryId: delivery.id }, 'could not start an event delivery; the pending sweep retries it');
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(16, queue.length) }, startNext));
+    await inSpan('events.fan_out', () => ({ 'publishing.deliveries': queue.length }), () => Promise.all(Array.from({ length: Math.min(16, queue.length) }, startNext)));
   }
 
   /** An event with its deliveries, for operators; null when the organization has no such event. */

@@ -7,7 +7,7 @@ import { clientWentAway, createListener, sendError, type RequestHandler } from '
 import { createRpcHandler } from './rpc';
 import { RestGateway } from './rest';
 import { createDependencies, type BuildOptions, type Deliveries, type Dependencies } from './dependencies';
-import { PUBLIC_SERVICES, httpRoutes, routerOptions, routes } from './routes';
+import { PUBLIC_SERVICES, httpRoutes, registerServices, routerOptions, routes } from './routes';
 
 export type { BuildOptions, Deliveries } from './dependencies';
 
@@ -50,11 +50,10 @@ export async function build(options: BuildOptions): Promise<BuiltApp> {
   const serviceRoutes = routes(deps);
   const callOptions = routerOptions(deps);
   const router = createConnectRouter(callOptions);
-  serviceRoutes(router);
   const gateway = new RestGateway({
-    routes: serviceRoutes,
+    services: registerServices(serviceRoutes, router),
     routerOptions: callOptions,
-    services: PUBLIC_SERVICES.map((s) => s.typeName),
+    exposed: PUBLIC_SERVICES.map((s) => s.typeName),
     maxBodyBytes: deps.config.maxBodyBytes,
   });
   const rpc = createRpcHandler({ router, logger });

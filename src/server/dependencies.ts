@@ -223,8 +223,11 @@ function deliveriesFor(
       taskQueue: config.temporal.taskQueue,
       searchAttributes: config.temporal.searchAttributes,
       retryIntervalMs: config.delivery.retryIntervalMs,
+      logger: deps.logger,
+      onRecovered: () => sweeper.sweepAllNow(),
+      reachable: temporal.reachable,
     });
-    const sweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, ...config.delivery.pendingSweep, now: deps.now });
+    const sweeper: PendingDeliverySweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, ...config.delivery.pendingSweep, now: deps.now });
     sweeper.begin();
     deps.logger.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue }, 'deliveries run on Temporal');
     return {
@@ -234,6 +237,7 @@ function deliveriesFor(
       reachable: temporal.reachable,
       async close() {
         await sweeper.close();
+        await engine.close();
         await temporal.close();
       },
     };

@@ -1,5 +1,6 @@
 import { loadConfig, ConfigError, createLogger } from '../config';
 import { migrateAs, openDatabase, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
+import { startTracing } from '../tracing';
 import { start } from './app';
 
 /** Entry point: `npm start`. Migrations run at start except in production, where `npm run migrate` does. */
@@ -15,6 +16,7 @@ async function main(): Promise<void> {
     throw error;
   }
   const logger = createLogger(config.logLevel);
+  const tracing = startTracing(config.tracing, 'publishing-connections', (error) => logger.warn({ err: error }, 'tracing: spans not exported'));
   const database = await resolveDatabaseUrl(config.databaseUrl, logger, { embedded: 'own' });
   if (config.env !== 'production') {
     const applied = await migrateAs(database, config.databaseMigrationUrl || undefined);
@@ -39,6 +41,7 @@ async function main(): Promise<void> {
     stopping = true;
     logger.info({ signal, drainMs }, 'shutting down');
     await app.close(drainMs);
+    await tracing.shutdown();
     await orm.close();
     await database.stop();
     logger.info('stopped');

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import type { ConnectRouter, ConnectRouterOptions, ServiceImpl } from '@connectrpc/connect';
+import { createServiceImplSpec, type ConnectRouter, type ConnectRouterOptions, type ServiceImpl, type ServiceImplSpec } from '@connectrpc/connect';
 import { compressionBrotli, compressionGzip } from '@connectrpc/connect-node';
 import { SANDBOX_PATH } from '../connections';
 import { createAuthGate, createAuthorizeInterceptor } from '../auth';
 import { createAuditInterceptor } from '../audit';
 import type { DeliveryLogMethods } from '../recovery';
+import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { Health } from '../gen/grpc/health/v1/health_pb';
 import { ConnectionService } from '../gen/publishing/v1/connection_service_pb';
 import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
@@ -22,6 +23,7 @@ import {
   strictUtf8,
   UNAVAILABLE_RETRY_AFTER_SECONDS,
 } from './rpc';
+import { rpcTracing } from './rpc-tracing';
 import { HealthService, blocking, downDependencies } from './health';
 import { openApiDocument } from './rest';
 import { CALLBACK_PATH, type Dependencies } from './dependencies';
@@ -35,7 +37,11 @@ export const PUBLIC_SERVICES = [ConnectionService, WebhookService, PostService] 
  */
 export function routes(deps: Dependencies): (router: ConnectRouter) => void {
   const [ReflectionV1, ReflectionV1alpha] = REFLECTION_SERVICES;
-  const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, OperatorService, ...REFLECTION_SERVICES]);
+  // Reflection describes the public schema only, as it answers without a key: the services a
+  // customer's key may call, Health and reflection itself, and the types their answers carry.
+  // The operator's and the internal event service are not described: their callers are the
+  // platform's own tools, built from proto/.
+  const reflection = createReflectionServices([Health, ...PUBLIC_SERVICES, ...REFLECTION_SERVICES], [ErrorInfoSchema]);
   const health = new HealthService(deps.readiness, [...PUBLIC_SERVICES.map((s) => s.typeName), OperatorService.typeName, EventService.typeName]);
   return (router) => {
     router.service(Health, health);
@@ -47,6 +53,29 @@ export function routes(deps: Dependencies): (router: ConnectRouter) => void {
     router.service(ReflectionV1, reflection.v1);
     router.service(ReflectionV1alpha, reflection.v1alpha);
   };
+}
+
+/**
+ * Registers the services on the router and returns their implementations as registered:
+ * the REST gateway calls them with the message it decoded, through the same gate and
+ * interceptors (routerOptions), so there is one router and one set of handlers.
+ */
+export function registerServices(serviceRoutes: (router: ConnectRouter) => void, router: ConnectRouter): ServiceImplSpec[] {
+  const specs: ServiceImplSpec[] = [];
+  const recording: ConnectRouter = {
+    handlers: router.handlers,
+    service(service, impl, options) {
+      router.service(service, impl, options);
+      specs.push(createServiceImplSpec(service, impl));
+      return recording;
+    },
+    rpc(method, impl, options) {
+      router.rpc(method, impl, options);
+      return recording;
+    },
+  };
+  serviceRoutes(recording);
+  return specs;
 }
 
 /** WebhookService from its two implementations: the endpoint routes and the delivery log's. */
@@ -84,8 +113,8 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
       observe: metrics.observeCall,
       authenticate: createAuthGate({
         operatorToken: config.operatorToken,
-        // Reflection is open like Health: it answers only with the schema (the public
-        // proto/ API, nothing tenant-specific), so tools can discover it without a key.
+        // Reflection is open like Health: it answers only with the public schema (see
+        // routes()), nothing tenant-specific, so tools can discover it without a key.
         openServices: [Health.typeName, ...REFLECTION_SERVICES.map((s) => s.typeName)],
         operatorServices: [OperatorService.typeName],
         internalServices: [EventService.typeName],
@@ -95,6 +124,7 @@ export function routerOptions(deps: Dependencies): ConnectRouterOptions {
       auditRefusal: createRefusalAudit(logger),
     }),
     interceptors: [
+      ...rpcTracing(),
       createRequestContextInterceptor(orm, logger, metrics.observeCall),
       createAuditInterceptor(logger),
       createStorableTextInterceptor(),

@@ -45,6 +45,7 @@ import type { SecretBox } from '../secrets';
 import { overlapRunning } from '../signatures';
 import { DEFAULT_OVERLAP_SECONDS, newSecretFor, overlapSecondsOf, rotateSigningSecret, signatureSchemeOf } from './signing-secrets';
 import type { EventPublisher } from '../events';
+import { expectDeliveries } from '../tracing';
 
 export interface WebhookServiceDeps {
   secrets: SecretBox;
@@ -182,6 +183,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
       createdAt: now.toISOString(),
       data: { endpointId: endpoint.id, message: 'This is a test delivery from the publishing platform.' },
     });
+    expectDeliveries([ref]);
     const [delivery] = await em.transactional(async (tx) => {
       const organization = await tx.findOneOrFail(OrganizationSchema, { id: principal.organizationId });
       await takeDeliveryQuota(tx, organization, now);

@@ -6,26 +6,31 @@ import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 import { signedWith, storedAttempts, storedDeadLetters, untilStored } from '../support/deliveries';
 import { recordHistory } from './recorded-histories';
+import { parseTraceparent, spansNamed, startTracingBackend, tagOf, type TracingBackend } from '../support/jaeger';
 
 /**
  * The contract's schedule as it is, with nothing shortened: an endpoint that always fails
  * gets exactly 8 POSTs, 30 s apart (± 1 s), then the dead-letter activity runs. One case,
- * run on each engine by its own file so the two runs of ~3.5 minutes go side by side.
+ * run on each engine by its own file so the two runs of ~3.5 minutes go side by side. With
+ * tracing on, exported to Jaeger: the trace shows the 8 attempts 30 s apart and the dead letter.
  */
 export function contractTiming(engine: EngineName): void {
   let t: EngineApp;
   let receiver: HttpsReceiver;
+  let backend: TracingBackend;
 
   beforeAll(async () => {
     const tls = await makeTestTls();
+    backend = await startTracingBackend(`publishing-contract-timing-${engine}`);
     receiver = await startHttpsReceiver({ tls, respond: () => ({ status: 500 }) });
     // A 100 ms poll keeps the embedded engine's pickup within the tolerance (its default is 1 s).
-    t = await startEngineApp(engine, { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '100' });
+    t = await startEngineApp(engine, { ...backend.env, DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_POLL_INTERVAL_MS: '100' });
     expect(t.config.delivery.retryIntervalMs).toBe(RETRY_INTERVAL_MS);
   }, 60_000);
   afterAll(async () => {
     await t?.close();
     await receiver?.close();
+    await backend?.close();
   });
 
   it(`an endpoint that always fails gets exactly ${MAX_ATTEMPTS} POSTs ${RETRY_INTERVAL_MS / 1000} s apart, then is dead-lettered`, async () => {
@@ -51,6 +56,20 @@ export function contractTiming(engine: EngineName): void {
     expect(mine.recentDeliveries[0]).toMatchObject({ id, status: 'dead_lettered', attemptCount: MAX_ATTEMPTS });
     const looked = await client(OperatorService, t.url, 'grpc', t.config.operatorToken).getDelivery({ deliveryId: id });
     expect(looked.delivery).toMatchObject({ status: 'dead_lettered', attemptCount: MAX_ATTEMPTS, deadLettered: true, workflowId });
+
+    // One trace, from the test call to the dead letter: the attempts' spans 30 s apart, as the receiver saw them.
+    const traceIds = new Set(receiver.requests.map((request) => parseTraceparent(request.headers.traceparent).traceId));
+    expect(traceIds.size).toBe(1);
+    const [traceId] = traceIds;
+    const { spans } = await backend.trace(traceId!, (all) => spansNamed(all, 'delivery.dead_letter').length === 1 && spansNamed(all, 'POST').length === MAX_ATTEMPTS);
+    expect(spansNamed(spans, 'delivery.attempt').map((span) => tagOf(span, 'publishing.attempt'))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    // The schedule itself is held to ± 1 s by the arrivals above; a request's span begins before
+    // its arrival by the connection and the dispatch mark, which a loaded machine stretches.
+    const requestSpans = spansNamed(spans, 'POST');
+    const spanGaps = requestSpans.slice(1).map((span, i) => (span.startTime - requestSpans[i]!.startTime) / 1000);
+    for (const gap of spanGaps) expect(Math.abs(gap - RETRY_INTERVAL_MS)).toBeLessThanOrEqual(2_000);
+    expect(spansNamed(spans, engine === 'temporal' ? 'RunActivity:attemptDelivery' : 'delivery.claim')).toHaveLength(MAX_ATTEMPTS);
+    expect(spansNamed(spans, 'POST /api/v1/webhooks/{id}/test')).toHaveLength(1);
 
     if (engine === 'temporal') {
       const handle = t.temporal!.client.workflow.getHandle(workflowId);

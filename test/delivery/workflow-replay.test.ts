@@ -9,6 +9,8 @@ import {
   type StartWorkflowExecutionRequest,
 } from '@temporalio/client';
 import { DeterminismViolationError } from '@temporalio/workflow';
+import { Worker } from '@temporalio/worker';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { FAILURE_TYPES, type DeliveryRef } from '../../src/delivery/contract';
 import { TemporalDeliveryEngine } from '../../src/delivery/temporal-engine';
 import { workflowIdFor } from '../../src/delivery/workflow-id';
@@ -17,6 +19,7 @@ import { ACTIVITY_START_TO_CLOSE_MS, DELIVERY_RETRY_POLICY, RELEASE_SIGNAL } fro
 import { attemptOptions, deadLetterOptions, deliveryHistory, quietWorkerLogs, ref, replay } from './delivery-histories';
 import { applicationFailure, heartbeatTimeoutFailure } from './history-builder';
 import { recordedHistories } from './recorded-histories';
+import { productionWorkflowBundle } from '../support/temporal';
 
 /*
  * No Temporal server can run here, so the histories under ./histories were written by hand in
@@ -266,6 +269,15 @@ describe('deliverWebhook over histories recorded on a real server', () => {
     expect(await activityTypes('held-by-global-switch-then-released.json')).toEqual(['attemptDelivery', 'attemptDelivery']);
   });
 
+  it('replays every recorded history with tracing on: a worker whose bundle has the OpenTelemetry workflow interceptors', async () => {
+    // Turning tracing on restarts workers over running deliveries recorded without it.
+    const workflowBundle = await productionWorkflowBundle({ traced: true });
+    const sinks = { exporter: { export: { fn: () => undefined } } };
+    for (const history of recorded.values()) {
+      await expect(Worker.runReplayHistory({ workflowBundle, sinks }, historyFromJSON(history), workflowIdFor(ref))).resolves.toBeUndefined();
+    }
+  }, 120_000);
+
   it('fails replay of a recorded history when the workflow would schedule another activity', async () => {
     const history = structuredClone(recorded.get('delivered-first-attempt.json')!);
     firstEvent(history as HistoryJSON, 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED').activityTaskScheduledEventAttributes.activityType.name = 'deadLetter';
@@ -324,7 +336,7 @@ describe('TemporalDeliveryEngine', () => {
     const { client, requests } = fakeConnection(started);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery' });
 
-    await expect(engine.start(ref, meta)).resolves.toEqual({ workflowId: 'webhook-delivery/org_01/end_01/evt_01' });
+    await expect(engine.startAwaited(ref, meta)).resolves.toBe('started');
 
     const [req] = requests;
     expect(req).toMatchObject({
@@ -344,7 +356,7 @@ describe('TemporalDeliveryEngine', () => {
     const { client, requests } = fakeConnection(started);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery', searchAttributes: true });
 
-    await engine.start(ref, meta);
+    await engine.startAwaited(ref, meta);
 
     const fields = requests[0]!.searchAttributes!.indexedFields!;
     const attributes = Object.fromEntries(
@@ -357,29 +369,75 @@ describe('TemporalDeliveryEngine', () => {
       OrganizationId: { value: 'org_01', type: 'Keyword' },
       EndpointId: { value: 'end_01', type: 'Keyword' },
       EventId: { value: 'evt_01', type: 'Keyword' },
+      DeliveryOutcome: { value: 'sending', type: 'Keyword' },
+      DeliveryAttempts: { value: 0, type: 'Int' },
     });
   });
 
-  it('treats a duplicate start as a no-op that returns the same workflow id', async () => {
+  it('treats a duplicate start as a no-op, and remembers that the workflow exists', async () => {
     const alreadyStarted = async () => {
       throw Object.assign(new Error('workflow execution already started'), { code: 6 });
     };
     const { client } = fakeConnection(alreadyStarted);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery' });
 
-    await expect(engine.start(ref, meta)).resolves.toEqual({ workflowId: workflowIdFor(ref) });
+    expect(engine.hasWorkflow(ref)).toBe(false);
+    await expect(engine.startAwaited(ref, meta)).resolves.toBe('existed');
+    expect(engine.hasWorkflow(ref)).toBe(true);
   });
 
-  it('passes on any other start failure', async () => {
+  it('passes on any other start failure to the sweep that awaited it', async () => {
     const unavailable = async () => {
       throw Object.assign(new Error('connection refused'), { code: 14 });
     };
     const { client } = fakeConnection(unavailable);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery' });
 
-    const failure = engine.start(ref, meta);
+    const failure = engine.startAwaited(ref, meta);
     await expect(failure).rejects.toThrow();
     await expect(failure).rejects.not.toBeInstanceOf(WorkflowExecutionAlreadyStartedError);
+  });
+
+  it('answers a caller’s start at once, whether Temporal answers or not, and starts it after', async () => {
+    let answer: () => void = () => undefined;
+    let fakeAnswer: () => Promise<unknown> = async () => undefined;
+    const asked = new Promise<void>((asking) => {
+      fakeAnswer = () =>
+        new Promise((resolve) => {
+          answer = () => resolve({ runId: 'run-0001', started: true });
+          asking();
+        });
+    });
+    const { client } = fakeConnection(() => fakeAnswer());
+    const recovered = jest.fn();
+    const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery', onRecovered: recovered });
+
+    await expect(engine.start(ref, meta)).resolves.toEqual({ workflowId: workflowIdFor(ref) });
+    await asked;
+    expect(engine.hasWorkflow(ref)).toBe(false);
+    answer();
+    await engine.close();
+    expect(engine.hasWorkflow(ref)).toBe(true);
+    expect(recovered).not.toHaveBeenCalled();
+  });
+
+  it('leaves starts to the sweep while Temporal is known to be down, and wakes the sweep once a start succeeds again', async () => {
+    let up = false;
+    const { client, requests } = fakeConnection(async () => {
+      if (!up) throw Object.assign(new Error('connection refused'), { code: 14 });
+      return { runId: 'run-0001', started: true };
+    });
+    const recovered = jest.fn();
+    const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery', onRecovered: recovered });
+
+    await expect(engine.startAwaited(ref, meta)).rejects.toThrow();
+    const tried = requests.length;
+    await engine.start({ ...ref, deliveryId: 'del_02', eventId: 'evt_02' }, meta);
+    await engine.close();
+    expect(requests).toHaveLength(tried);
+    up = true;
+    await expect(engine.startAwaited(ref, meta)).resolves.toBe('started');
+    expect(recovered).toHaveBeenCalledTimes(1);
   });
 
   it('leaves the caller’s connection open when closed', async () => {

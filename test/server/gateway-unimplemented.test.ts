@@ -1,4 +1,5 @@
 import http from 'node:http';
+import { createServiceImplSpec } from '@connectrpc/connect';
 import type { AddressInfo } from 'node:net';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { RestGateway } from '../../src/server/rest/gateway';
@@ -6,9 +7,9 @@ import { RestGateway } from '../../src/server/rest/gateway';
 describe('the REST gateway over an RPC that is not built yet', () => {
   it('answers 501 NOT_IMPLEMENTED with a code, derived from the descriptor alone', async () => {
     const gateway = new RestGateway({
-      routes: (router) => router.service(ConnectionService, {}),
+      services: [createServiceImplSpec(ConnectionService, {})],
       routerOptions: {},
-      services: [ConnectionService.typeName],
+      exposed: [ConnectionService.typeName],
       maxBodyBytes: 1024,
     });
     expect(gateway.describe().map((r) => `${r.verb} ${r.template}`)).toContain('POST /api/v1/connections/{id}/confirm');

@@ -16,7 +16,6 @@ const EXPECTED_SERVICES = [
   'grpc.health.v1.Health',
   'grpc.reflection.v1.ServerReflection',
   'grpc.reflection.v1alpha.ServerReflection',
-  'publishing.operator.v1.OperatorService',
   'publishing.v1.ConnectionService',
   'publishing.v1.PostService',
   'publishing.v1.WebhookService',
@@ -121,6 +120,21 @@ describe('gRPC server reflection', () => {
       expect(filesOf(ext as v1.ServerReflectionResponse).map((f) => f.name)).toEqual(['google/api/annotations.proto']);
       expect(filesOf(second as v1.ServerReflectionResponse).map((f) => f.name)).toEqual(['publishing/v1/webhook_service.proto']);
       expect(filesOf(byName as v1.ServerReflectionResponse).map((f) => f.name)).toEqual(['google/protobuf/timestamp.proto']);
+    });
+
+    it('describes google.rpc.ErrorInfo, which error details carry, without listing it as a service', async () => {
+      const [answer] = await reflect([{ case: 'fileContainingSymbol', value: 'google.rpc.ErrorInfo' }]);
+      const files = filesOf(answer!);
+      expect(files[0]!.name).toBe('google/rpc/error_details.proto');
+      expect(files[0]!.messageType.map((m) => m.name)).toContain('ErrorInfo');
+    });
+
+    it('does not describe the operator or the internal event service', async () => {
+      const answers = await reflect([
+        { case: 'fileContainingSymbol', value: 'publishing.operator.v1.OperatorService' },
+        { case: 'fileContainingSymbol', value: 'publishing.internal.v1.EventService' },
+      ]);
+      expect(answers.map((a) => a.messageResponse.case)).toEqual(['errorResponse', 'errorResponse']);
     });
 
     it('lists extension numbers of a type', async () => {

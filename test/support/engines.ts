@@ -4,6 +4,7 @@ import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, makeTelemetryFilterString, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { activityDepsFromConfig, createActivities, type DeliveryEvent } from '../../src/delivery';
 import { createLogger } from '../../src/config/logger';
+import { tracingOn, workerTracing } from '../../src/tracing';
 import { startTestApp, type TestApp, type TestAppOptions } from './app';
 import { productionWorkflowBundle, testTemporalAddress } from './temporal';
 
@@ -61,10 +62,18 @@ export async function startEngineApp(engine: EngineName, env: Record<string, str
   const worker = await Worker.create({
     connection,
     taskQueue,
-    workflowBundle: await productionWorkflowBundle(),
-    // One DeliveryRecords per process: this worker runs in the app's, so it uses the app's.
+    // With tracing on (a trace suite), as a worker with tracing on runs: traced bundle, interceptors, sink.
+    workflowBundle: await productionWorkflowBundle({ traced: tracingOn() }),
+    ...workerTracing({ prebuiltBundle: true }),
+    // One DeliveryRecords per process: this worker runs in the app's, so it uses the app's (and its logger, if given).
     activities: createActivities(
-      activityDepsFromConfig(t.config, { orm: t.orm, records: t.app.delivery.records, logger: createLogger('silent'), now: options.now, onEvent: (event) => events.push(event) }),
+      activityDepsFromConfig(t.config, {
+        orm: t.orm,
+        records: t.app.delivery.records,
+        logger: options.logger ?? createLogger('silent'),
+        now: options.now,
+        onEvent: (event) => events.push(event),
+      }),
     ),
   });
   const running = worker.run();

@@ -3,16 +3,20 @@ import { databaseAt, migrateAs } from '../../src/db/orm';
 import { OWNER_ROLE, ensureServiceRoles } from '../../src/db/roles';
 import { TEMPLATE_ENV, databaseUrl, withAdmin } from './databases';
 import { bundleProductionWorkflows, startTestTemporal } from './temporal';
+import { ensureJaegerBinary } from '../../scripts/jaeger';
 
 /**
  * Creates the owner and service roles (cluster-wide; other runs may be creating them at
  * the same moment) and migrates a fresh template database as the owner, once per run;
  * each test file clones it. Starts the run's Temporal development server for the live
- * suites (test/support/temporal.ts). Debian's Chromium, for the browser suites, is installed
- * when missing and the user may; otherwise the run stops here with the command to run.
+ * suites (test/support/temporal.ts), and makes sure Jaeger is built for the trace suites.
+ * Debian's Chromium, for the browser suites, is installed when missing and the user may;
+ * otherwise the run stops here with the command to run.
  */
 export default async function globalSetup(): Promise<void> {
   ensureChromium();
+  // The trace suites' backend, built from its Go module when missing (minutes the first time).
+  ensureJaegerBinary();
   const name = `publishing_test_template_${process.pid}`;
   await withAdmin(async (client) => {
     await ensureServiceRoles(client, { login: true });

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { bundleWorkflowCode, DefaultLogger, type WorkflowBundle } from '@temporalio/worker';
 import { startTemporalDevServer, type DevServer } from '../../scripts/temporal-server';
+import { WORKFLOW_TRACING_MODULES } from '../../src/tracing';
 import { workflowBundleDir } from './databases';
 
 /**
@@ -45,6 +46,7 @@ export function testTemporalUiUrl(): string {
 }
 
 const PRODUCTION_BUNDLE = 'production.js';
+const TRACED_BUNDLE = 'production-traced.js';
 
 /**
  * Bundles the production workflow code once per run, in global setup, before the suites
@@ -59,9 +61,30 @@ export async function bundleProductionWorkflows(): Promise<void> {
   await rename(`${file}.${process.pid}`, file);
 }
 
-/** The production workflow bundle global setup wrote for this run. */
-export async function productionWorkflowBundle(): Promise<WorkflowBundle> {
-  return { code: await readFile(path.join(workflowBundleDir(), PRODUCTION_BUNDLE), 'utf8') };
+/**
+ * The production workflow bundle global setup wrote for this run; with `traced`, the same code
+ * with the OpenTelemetry workflow interceptors (what a worker with tracing on bundles), built
+ * by the first suite that asks for it in the run.
+ */
+export async function productionWorkflowBundle(options: { traced?: boolean } = {}): Promise<WorkflowBundle> {
+  if (!options.traced) return { code: await readFile(productionWorkflowBundlePath(), 'utf8') };
+  const file = path.join(workflowBundleDir(), TRACED_BUNDLE);
+  const built = await readFile(file, 'utf8').catch(() => null);
+  if (built !== null) return { code: built };
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: require.resolve('../../workflows'),
+    workflowInterceptorModules: [...WORKFLOW_TRACING_MODULES],
+    logger: new DefaultLogger('ERROR'),
+  });
+  await mkdir(path.dirname(file), { recursive: true });
+  await writeFile(`${file}.${process.pid}`, code);
+  await rename(`${file}.${process.pid}`, file);
+  return { code };
+}
+
+/** Where the production bundle is, for a worker process (WORKER_WORKFLOW_BUNDLE). */
+export function productionWorkflowBundlePath(): string {
+  return path.join(workflowBundleDir(), PRODUCTION_BUNDLE);
 }
 
 /** The pid of the run's development server (for CPU figures), or null when the run uses a server of its own. */

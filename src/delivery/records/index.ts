@@ -276,9 +276,9 @@ export class DeliveryRecords {
     return queries.lagSeconds(em, this.schedule);
   }
 
-  /** Temporal: deliveries still pending this long after they were recorded (their start may have failed). */
-  async pendingSince(em: EntityManager, cutoff: Date, limit: number): Promise<(DeliveryRef & { eventType: string; url: string; series: number })[]> {
-    return queries.pendingSince(em, cutoff, limit);
+  /** Temporal: deliveries still pending since before `cutoff` (their start may have failed), a page after `after`, oldest first. */
+  async pendingSince(em: EntityManager, cutoff: Date, limit: number, after?: queries.PendingCursor): Promise<queries.PendingDelivery[]> {
+    return queries.pendingSince(em, cutoff, limit, after);
   }
 
   /**

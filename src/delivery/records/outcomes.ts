@@ -36,6 +36,7 @@ export interface AttemptResultRecord extends AttemptKey {
 /** What recordOutcomes wrote of one attempt. */
 export type RecordedOutcome =
   | { kind: 'delivered'; sent: number }
+  /** A failed attempt; after the last one (`exhausted`) the delivery is dead-lettered already, by the same statement. */
   | { kind: 'retrying'; sent: number; exhausted: boolean }
   /** Another executor had already closed this attempt and gone on; nothing was written. */
   | { kind: 'superseded' };
@@ -247,7 +248,9 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptResultColumns & { now: Da
         .updateTable('webhook_deliveries')
         .from('closed')
         .set({
-          status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' else 'retrying' end`,
+          // The last attempt's failure dead-letters the delivery in this statement: it never reads
+          // `retrying` while the dead-letter step is on its way (a workflow task away on Temporal).
+          status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' when closed.attempt >= ${MAX_ATTEMPTS} then 'dead_lettered' else 'retrying' end`,
           attempt_count: sql<number>`closed.attempt`,
           last_error: sql<string | null>`closed.error`,
           last_response_status: sql<number | null>`closed.response_status`,
@@ -260,7 +263,19 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptResultColumns & { now: Da
         .whereRef('webhook_deliveries.id', '=', 'closed.delivery_id')
         .whereRef('webhook_deliveries.series', '=', 'closed.series')
         .where('webhook_deliveries.status', 'in', OPEN_STATUSES)
-        .returning('webhook_deliveries.id'),
+        .returning(['webhook_deliveries.id', 'webhook_deliveries.organization_id', 'webhook_deliveries.endpoint_id', 'webhook_deliveries.status', 'webhook_deliveries.last_error']),
+    )
+    .with('queued', (w) =>
+      w
+        .insertInto('dead_letters')
+        .columns(['delivery_id', 'organization_id', 'endpoint_id', 'last_error', 'created_at'])
+        .expression((eb) =>
+          eb
+            .selectFrom('recorded')
+            .select(['recorded.id', 'recorded.organization_id', 'recorded.endpoint_id', 'recorded.last_error', sql<Date>`${p.now}::timestamptz`.as('created_at')])
+            .where('recorded.status', '=', 'dead_lettered'),
+        )
+        .onConflict((oc) => oc.column('delivery_id').doNothing()),
     )
     .selectFrom('closed')
     .select('closed.delivery_id');

@@ -96,7 +96,10 @@ export const recordedColumns = [
   'w.event_type as eventType',
   'w.status as status',
   'w.attempt_count as attemptCount',
-  epochMs<number | null>('w.next_attempt_at').as('nextAttemptAtMs'),
+  // While an attempt of its series is under way there is no next attempt to show: the row
+  // still holds the time this one was due, in the past by then (on both engines).
+  sql<number | null>`case when exists (select 1 from delivery_attempts a where a.delivery_id = w.id and a.series = w.series and a.finished_at is null)
+    then null else floor(extract(epoch from w.next_attempt_at) * 1000)::float8 end`.as('nextAttemptAtMs'),
   'w.last_error as lastError',
   'w.last_response_status as lastResponseStatus',
   'w.workflow_id as workflowId',

@@ -1,32 +1,30 @@
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
-import { create, fromBinary, fromJson, toJsonString, type DescMessage, type DescMethod, type DescField, type JsonValue, type Message } from '@bufbuild/protobuf';
+import { create, fromJson, isMessage, toJsonString, type DescMessage, type DescMethod, type DescMethodUnary, type DescField, type DescService, type JsonValue, type Message } from '@bufbuild/protobuf';
 import {
-  Code,
-  createConnectRouter,
-  createContextKey,
+  ConnectError,
   createContextValues,
-  type ConnectError,
-  type ConnectRouter,
+  createHandlerContext,
   type ConnectRouterOptions,
-  type Interceptor,
+  type HandlerContext,
+  type ServiceImplSpec,
+  type UnaryRequest,
+  type UnaryResponse,
 } from '@connectrpc/connect';
-import type { UniversalHandler } from '@connectrpc/connect/protocol';
-import { ErrorInfoSchema } from '../../gen/google/rpc/error_details_pb';
 import { transportKey } from '../../context';
-import { apiError, ERRORS, fallbackCodeOf, type ErrorCode } from '../../errors';
-import { afterRefusalRecords, clientGoneKey, isInvalidUtf8Decoding, pendingRefusalKey, strictUtf8 } from '../rpc';
+import { apiError, errorInfoOf, fallbackCodeOf, type ErrorCode } from '../../errors';
+import { clientGoneKey, isInvalidUtf8Decoding, pendingRefusalKey, refusalRecorded, strictUtf8 } from '../rpc';
 import { httpRuleOf } from './http-rules';
 import { jsonWriterOf } from './json-writer';
 import { sendError, writeJson, type NodeResponse } from '../edge';
-import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**
  * The REST gateway: a generic transcoder driven by the `google.api.http` rules read from
  * the descriptors at runtime. A request is matched against the rules, turned into the
- * method's proto3 JSON (path variables, `body: "*"`, query parameters) and handed to the
- * same Connect handler that serves gRPC and Connect, so interceptors, validation and
- * errors are shared. Adding an RPC with a rule needs no code here.
+ * method's proto3 JSON (path variables, `body: "*"`, query parameters), decoded once into
+ * the request message and handed to the same implementation the router serves gRPC and
+ * Connect with, through the same gate and interceptors, so validation and errors are
+ * shared. Adding an RPC with a rule needs no code here.
  */
 
 type NodeRequest = IncomingMessage | Http2ServerRequest;
@@ -38,17 +36,18 @@ interface Route {
   pathFields: string[];
   bodyAll: boolean;
   template: string;
-  method: DescMethod;
-  handler: UniversalHandler;
+  service: DescService;
+  method: DescMethodUnary;
+  impl: (message: Message, ctx: HandlerContext) => unknown;
 }
 
 export interface GatewayOptions {
-  /** Registers the services, as for every other protocol (routes.ts). */
-  routes: (router: ConnectRouter) => void;
-  /** The gate and interceptors every call goes through, as on every other protocol. */
+  /** The implementations as registered on the router (routes.ts registerServices). */
+  services: readonly ServiceImplSpec[];
+  /** The router's gate, interceptors and JSON options: every call goes through them, as on every other protocol. */
   routerOptions: ConnectRouterOptions;
   /** Fully qualified names of the services exposed under the REST paths. */
-  services: readonly string[];
+  exposed: readonly string[];
   maxBodyBytes: number;
 }
 
@@ -62,19 +61,14 @@ export interface RouteInfo {
 export class RestGateway {
   private readonly routes: Route[];
 
+  /** Decodes a request as the router's JSON serialization would: unknown fields as it is told. */
+  private readonly ignoreUnknownFields: boolean;
+
   constructor(private readonly options: GatewayOptions) {
-    // The gateway's own router over the same services and options, speaking Connect only
-    // (the protocol it hands calls to), with the answer taken outermost (takeAnswer).
-    const router = createConnectRouter({
-      ...options.routerOptions,
-      interceptors: [takeAnswer, ...(options.routerOptions.interceptors ?? [])],
-      grpc: false,
-      grpcWeb: false,
-    });
-    options.routes(router);
-    this.routes = router.handlers
-      .filter((handler) => options.services.includes(handler.service.typeName))
-      .flatMap((handler) => routeOf(handler) ?? []);
+    this.ignoreUnknownFields = options.routerOptions.jsonOptions?.ignoreUnknownFields ?? false;
+    this.routes = options.services
+      .filter((spec) => options.exposed.includes(spec.service.typeName))
+      .flatMap((spec) => Object.values(spec.methods).flatMap((method) => (method.kind === 'unary' ? (routeOf(spec.service, method.method, method.impl) ?? []) : [])));
   }
 
   /** The REST routes, as derived from the descriptors. */
@@ -104,80 +98,99 @@ export class RestGateway {
 
     // A body or query the request cannot be made of is refused by the call itself, once the
     // caller is authenticated (and the refusal audited): 401 comes before 400.
-    let message: Record<string, JsonValue> = {};
+    let message: Message = create(route.method.input);
     let refusal: ConnectError | null = null;
     try {
-      message = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
+      const json = route.bodyAll ? await readJsonObject(req, this.options.maxBodyBytes) : {};
       assertUtf8Query(url.search);
-      Object.assign(message, queryToJson(route.method, url.searchParams, route.bodyAll));
+      Object.assign(json, queryToJson(route.method, url.searchParams, route.bodyAll));
       route.pathFields.forEach((field, i) => {
-        message[field] = match[i + 1] ?? '';
+        json[field] = match[i + 1] ?? '';
       });
-      decodable(route.method, message);
+      message = decode(route.method, json, this.ignoreUnknownFields);
     } catch (error) {
       if (!(error instanceof GatewayError)) throw error;
       refusal = apiError(error.code, error.message);
-      message = {};
     }
 
-    const header = new Headers({ 'content-type': 'application/json', 'x-request-id': requestId });
+    const requestHeader = new Headers({ 'content-type': 'application/json', 'x-request-id': requestId });
     const authorization = req.headers['authorization'];
-    if (typeof authorization === 'string') header.set('authorization', authorization);
+    if (typeof authorization === 'string') requestHeader.set('authorization', authorization);
     const abort = new AbortController();
     // Only a caller gone before the answer is complete cancels the call; aborting every
     // finished call would build a DOMException per request for nobody.
     res.once('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const taken: TakenAnswer = { message: null };
-    const contextValues = createContextValues()
-      .set(transportKey, 'rest')
-      .set(takenAnswerKey, taken)
-      .set(pendingRefusalKey, refusal)
-      .set(clientGoneKey, () => abort.signal.aborted);
-    const answer = await route.handler({
-      httpVersion: '1.1',
-      url: `http://gateway.invalid${route.handler.requestPath}`,
-      method: 'POST',
-      header,
-      body: message,
-      signal: abort.signal,
-      contextValues,
+    const ctx = createHandlerContext({
+      service: route.service,
+      method: route.method,
+      protocolName: 'rest',
+      requestMethod: 'POST',
+      url: `http://gateway.invalid/${route.service.typeName}/${route.method.name}`,
+      requestSignal: abort.signal,
+      requestHeader,
+      contextValues: createContextValues()
+        .set(transportKey, 'rest')
+        .set(pendingRefusalKey, refusal)
+        .set(clientGoneKey, () => abort.signal.aborted),
     });
+    let answer: UnaryResponse;
+    try {
+      answer = await this.call(route, ctx, message);
+    } catch (error) {
+      if (!(error instanceof ConnectError)) throw error;
+      // As connect-es does with what it is about to write: the gate hears it (a refusal
+      // decided before the interceptors is audited there), and the answer waits for that.
+      ctx.abort(error);
+      await refusalRecorded(ctx.values);
+      setHeaders(res, ctx.responseHeader);
+      setHeaders(res, error.metadata);
+      const info = errorInfoOf(error);
+      return sendError(res, info?.code ?? fallbackCodeOf(error.code), error.rawMessage, requestId, info?.metadata ?? {});
+    }
+    ctx.abort();
+    setHeaders(res, answer.header);
+    writeJson(res, 200, answerJson(route.method.output, answer.message));
+  }
 
-    const body = await collect(answer.body && afterRefusalRecords(answer.body, contextValues));
-    answer.header?.forEach((value, name) => {
-      if (!['content-type', 'content-length', 'content-encoding', 'connect-content-encoding'].includes(name)) {
-        res.setHeader(name, value);
-      }
+  /** The call as every protocol makes it: the gate, then the interceptors, outermost first, around the implementation. */
+  private async call(route: Route, ctx: HandlerContext, message: Message): Promise<UnaryResponse> {
+    const { requestGate, interceptors = [] } = this.options.routerOptions;
+    if (requestGate) await requestGate(ctx);
+    const { service, method } = route;
+    const invoke = async (req: UnaryRequest): Promise<UnaryResponse> => {
+      const output = await route.impl(req.message, ctx);
+      return {
+        stream: false,
+        service,
+        method,
+        header: ctx.responseHeader,
+        trailer: ctx.responseTrailer,
+        message: isMessage(output, method.output) ? output : create(method.output, output as never),
+      };
+    };
+    const next = interceptors.reduceRight<(req: UnaryRequest) => Promise<UnaryResponse>>((inner, interceptor) => interceptor(inner as never) as never, invoke);
+    return next({
+      stream: false,
+      service,
+      method,
+      requestMethod: ctx.requestMethod,
+      url: ctx.url,
+      signal: ctx.signal,
+      header: ctx.requestHeader,
+      contextValues: ctx.values,
+      message,
     });
-    if (answer.status === 200) return writeJson(res, 200, answerJson(route.method.output, taken.message));
-    const { code, message: text, metadata } = restErrorOf(body);
-    sendError(res, code, text, requestId, metadata);
   }
 }
 
-/** The message of a successful call, taken from connect-es for the gateway to write. */
-interface TakenAnswer {
-  message: Message | null;
+/** The headers a call set for its answer, but those of the body, which the gateway writes. */
+function setHeaders(res: NodeResponse, headers: Headers): void {
+  headers.forEach((value, name) => {
+    if (!['content-type', 'content-length', 'content-encoding'].includes(name)) res.setHeader(name, value);
+  });
 }
-
-const takenAnswerKey = createContextKey<TakenAnswer | null>(null, { description: 'REST answer' });
-
-/**
- * Outermost on the gateway's router: takes the message of a successful call for the
- * gateway to write (answerJson) and hands connect-es an empty message of the same type to
- * serialize in its place, so the answer is turned into JSON once, without the object
- * Protobuf-ES would build and `JSON.stringify` walk again. Every interceptor inside sees
- * the real message; a refusal goes through connect-es, which encodes its details.
- */
-const takeAnswer: Interceptor = (next) => async (req) => {
-  const res = await next(req);
-  const taken = req.contextValues.get(takenAnswerKey);
-  if (!taken || res.stream) return res;
-  taken.message = res.message;
-  return { ...res, message: create(res.method.output) };
-};
 
 /**
  * The JSON of a successful answer: the writer compiled for its type (json-writer.ts), or
@@ -186,8 +199,7 @@ const takeAnswer: Interceptor = (next) => async (req) => {
  * (test/server/json-writer.test.ts). A value neither can write throws, and the call is
  * answered INTERNAL with the cause logged.
  */
-function answerJson(schema: DescMessage, message: Message | null): string {
-  if (!message) throw new Error(`no ${schema.typeName} was taken from the call`);
+function answerJson(schema: DescMessage, message: Message): string {
   const write = jsonWriterOf(schema);
   return write ? write(message) : toJsonString(schema, message);
 }
@@ -199,21 +211,21 @@ class GatewayError extends Error {
 }
 
 /**
- * Refuses a body whose fields do not have the request's types (`"confirmIdentity": "true"`)
- * here rather than in the protocol layer, which decodes only after the gate has let the
- * call through and where the refusal could no longer be audited.
+ * The request message, decoded once. A body whose fields do not have the request's types
+ * (`"confirmIdentity": "true"`) is refused, by the gate once the caller is authenticated,
+ * so the refusal is audited as any other.
  */
-function decodable(method: DescMethod, message: Record<string, JsonValue>): void {
+function decode(method: DescMethod, json: Record<string, JsonValue>, ignoreUnknownFields: boolean): Message {
   try {
-    fromJson(method.input, message, { ignoreUnknownFields: true });
+    return fromJson(method.input, json, { ignoreUnknownFields });
   } catch (error) {
     const text = error instanceof Error ? error.message : 'The body does not match the request.';
     throw new GatewayError(isInvalidUtf8Decoding(text) ? 'INVALID_UTF8' : 'INVALID_ARGUMENT', text);
   }
 }
 
-function routeOf(handler: UniversalHandler): Route | null {
-  const rule = httpRuleOf(handler.method);
+function routeOf(service: DescService, method: DescMethodUnary, impl: Route['impl']): Route | null {
+  const rule = httpRuleOf(method);
   if (!rule) return null;
   const source = rule.segments
     .map((segment) => (typeof segment === 'string' ? segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') : '([^/]+)'))
@@ -224,8 +236,9 @@ function routeOf(handler: UniversalHandler): Route | null {
     pathFields: rule.pathFields.map((field) => field.jsonName),
     bodyAll: rule.bodyAll,
     template: rule.template,
-    method: handler.method,
-    handler,
+    service,
+    method,
+    impl,
   };
 }
 
@@ -317,30 +330,4 @@ function scalarFromQuery(field: DescField, value: string): JsonValue {
     throw new GatewayError('INVALID_ARGUMENT', `Query parameter "${field.name}" must be true or false.`);
   }
   return value;
-}
-
-async function collect(body: AsyncIterable<Uint8Array> | undefined): Promise<Buffer> {
-  if (!body) return Buffer.alloc(0);
-  const chunks: Uint8Array[] = [];
-  for await (const chunk of body) chunks.push(chunk);
-  return Buffer.concat(chunks);
-}
-
-/** Turns a Connect error body into the REST error: the stable code, its message and metadata. */
-function restErrorOf(body: Buffer): { code: ErrorCode; message: string; metadata: Record<string, string> } {
-  try {
-    const parsed = JSON.parse(body.toString('utf8')) as {
-      code?: string;
-      message?: string;
-      details?: { type?: string; value?: string }[];
-    };
-    const detail = parsed.details?.find((d) => d.type === 'google.rpc.ErrorInfo');
-    if (detail?.value) {
-      const info = fromBinary(ErrorInfoSchema, Buffer.from(detail.value, 'base64'));
-      if (info.reason in ERRORS) return { code: info.reason as ErrorCode, message: parsed.message ?? '', metadata: info.metadata };
-    }
-    return { code: fallbackCodeOf(codeFromString(parsed.code ?? '') ?? Code.Unknown), message: parsed.message ?? '', metadata: {} };
-  } catch {
-    return { code: 'INTERNAL', message: 'Internal error.', metadata: {} };
-  }
 }

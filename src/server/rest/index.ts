@@ -1,2 +1,3 @@
 export { RestGateway } from './gateway';
 export { openApiDocument } from './openapi-route';
+export { httpRuleOf } from './http-rules';

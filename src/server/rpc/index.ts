@@ -3,6 +3,7 @@ export {
   afterRefusalRecords,
   clientGoneKey,
   pendingRefusalKey,
+  refusalRecorded,
   createRequestContextInterceptor,
   createRequestGate,
   createStorableTextInterceptor,

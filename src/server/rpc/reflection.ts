@@ -41,9 +41,10 @@ class ReflectionIndex {
   private readonly encoded = new Map<string, Uint8Array>();
   readonly serviceNames: string[];
 
-  constructor(services: readonly DescService[]) {
+  constructor(services: readonly DescService[], answerTypes: readonly DescMessage[]) {
     this.serviceNames = [...new Set(services.map((s) => s.typeName))].sort();
     for (const service of services) this.addFile(service.file);
+    for (const type of answerTypes) this.addFile(type.file);
   }
 
   private addFile(file: DescFile): void {
@@ -158,12 +159,13 @@ export interface ReflectionServices {
 }
 
 /**
- * Implementations of both reflection services over the given served services (pass
- * every service the router registers, the reflection services included, so that
- * list_services names them all).
+ * Implementations of both reflection services over the described services (the
+ * reflection services among them, so that list_services names them too) and the message
+ * types answers carry that no service file imports: an error's details (google.rpc.ErrorInfo)
+ * are packed in an Any, and a client that reflects cannot unpack a type it was not described.
  */
-export function createReflectionServices(services: readonly DescService[]): ReflectionServices {
-  const index = new ReflectionIndex(services);
+export function createReflectionServices(services: readonly DescService[], answerTypes: readonly DescMessage[]): ReflectionServices {
+  const index = new ReflectionIndex(services, answerTypes);
   // One stream per client: files already sent on it are not sent again as imports.
   async function* serve<R extends ReflectionRequest & { host: string }>(requests: AsyncIterable<R>) {
     const sent = new Set<string>();

@@ -62,6 +62,11 @@ export function afterRefusalRecords(body: AsyncIterable<Uint8Array>, values: Han
   };
 }
 
+/** Resolves once the writes of a refusal decided before the interceptors are done (the REST gateway's answer waits for them too). */
+export function refusalRecorded(values: HandlerContext['values']): Promise<void> {
+  return values.get(answerAwaitsKey) ?? Promise.resolve();
+}
+
 export interface RequestGateOptions {
   orm: MikroORM;
   logger: Logger;
