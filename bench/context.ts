@@ -140,6 +140,8 @@ export function serverEnvOf(tls: TestTls): Record<string, string> {
     LOG_LEVEL: 'silent',
     DELIVERY_POLL_INTERVAL_MS: String(POLL_INTERVAL_MS),
     INTERNAL_SERVICE_TOKENS: `bench:${INTERNAL_TOKEN}`,
+    // The service's own retention pass runs at its start, on an empty database; figure 9 runs the sweep when it means to.
+    RETENTION_SWEEP_INTERVAL_MS: String(24 * 60 * 60 * 1000),
   });
 }
 

@@ -33,6 +33,7 @@ import { benchPickup } from './figures/pickup';
 import { benchTestDelivery } from './figures/test-delivery';
 import { benchPublishFanOut } from './figures/fan-out';
 import { benchMemory } from './figures/memory';
+import { benchRetention } from './figures/retention';
 
 /** The table's order: each goal row, then the information rows under it. */
 const ORDER = [
@@ -43,6 +44,7 @@ const ORDER = [
   'pickup_latency_p50', 'pickup_latency_p99', 'pickup_call_p50', 'pickup_call_p99', 'pickup_polled_p50', 'pickup_polled_p99', 'pickup_notify_p50',
   'publish_latency_p50', 'publish_latency_p99',
   'publish_fan_out', 'memory_growth',
+  'retention_sweep_rate', 'retention_list', 'retention_list_p99', 'retention_publish',
 ];
 
 async function describeMachine(): Promise<Machine> {
@@ -125,7 +127,7 @@ async function main(): Promise<number> {
     log(`service ${server.ready.url}, receiver ${receiver.ready.url}`);
 
     const others = Array.from({ length: OTHER_ORGS }, (_, i) => `other${i + 1}`);
-    const tenants = await seedTenants(['write', 'list', 'twin', 'empty', 'conn', 'deliver', 'deliverMany', 'publish', 'pickup', 'mem', 'fanout', ...others]);
+    const tenants = await seedTenants(['write', 'list', 'twin', 'empty', 'conn', 'deliver', 'deliverMany', 'publish', 'pickup', 'mem', 'fanout', 'sweep', ...others]);
     const listUrls = Array.from({ length: LIST_ENDPOINTS }, (_, i) => `https://hooks${i}.example.com/in`);
     const listEndpointIds = await createEndpoints(server.ready.url, tenants.list!, listUrls);
     const twinEndpointIds = await createEndpoints(server.ready.url, tenants.twin!, listUrls);
@@ -159,6 +161,7 @@ async function main(): Promise<number> {
       ['publish_latency', () => benchTestDelivery(ctx)],
       ['publish_fan_out', () => benchPublishFanOut(ctx)],
       ['memory_growth', () => benchMemory(ctx)],
+      ['retention_sweep', () => benchRetention(ctx)],
     ];
     for (const [id, run] of benches) {
       if (ONLY && !ONLY.includes(id)) continue;

@@ -18,32 +18,41 @@ import { INTERNAL_TOKEN, type Context } from '../context';
 export const FAN_OUT_ENDPOINTS = 100;
 export const FAN_OUT_GOAL = 0.5;
 
+/**
+ * Makes `organizationId` an enterprise organization whose month is used up, with
+ * FAN_OUT_ENDPOINTS endpoints subscribed to `eventType`, and answers the load-publish.ts
+ * spec of either side.
+ */
+export async function fanOutLoadSpec(ctx: Context, organizationId: string, eventType: string) {
+  await ctx.pool.query(`update organizations set plan = 'enterprise', monthly_delivery_quota = 1 where id = $1`, [organizationId]);
+  await ctx.pool.query(`insert into delivery_usage (organization_id, month, deliveries) values ($1, date_trunc('month', now() at time zone 'utc')::date, 1)`, [organizationId]);
+  await ctx.pool.query(
+    `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
+     select gen_random_uuid(), $1, 'https://fanout-' || g || '.example.com/in', '', array[$2::text], 'dev', sha256(g::text::bytea), now(), now()
+       from generate_series(1, $3::int) g`,
+    [organizationId, eventType, FAN_OUT_ENDPOINTS],
+  );
+  return (mode: 'service' | 'raw') => ({
+    mode,
+    baseUrl: ctx.server.ready.url,
+    token: INTERNAL_TOKEN,
+    databaseUrl: DATABASE_URL,
+    organizationId,
+    eventType,
+    // The raw side writes the reason the service records, so both write the same rows.
+    refusal: quotaRefusalOf({ plan: 'enterprise', monthlyDeliveryQuota: 1 }),
+    loops: CONNECTIONS,
+    warmupSeconds: WARMUP_SECONDS,
+  });
+}
+
 export async function benchPublishFanOut(ctx: Context): Promise<void> {
   const id = 'publish_fan_out';
   const name = `PublishEvent deliveries recorded/s, ${FAN_OUT_ENDPOINTS} subscribed endpoints ÷ raw pg insert of the same rows`;
   try {
     const organizationId = ctx.tenants.fanout!.organizationId;
     const eventType = 'post.held';
-    await ctx.pool.query(`update organizations set plan = 'enterprise', monthly_delivery_quota = 1 where id = $1`, [organizationId]);
-    await ctx.pool.query(`insert into delivery_usage (organization_id, month, deliveries) values ($1, date_trunc('month', now() at time zone 'utc')::date, 1)`, [organizationId]);
-    await ctx.pool.query(
-      `insert into webhook_endpoints (id, organization_id, url, description, event_names, secret_key_id, secret_ciphertext, created_at, updated_at)
-       select gen_random_uuid(), $1, 'https://fanout-' || g || '.example.com/in', '', array[$2::text], 'dev', sha256(g::text::bytea), now(), now()
-         from generate_series(1, $3::int) g`,
-      [organizationId, eventType, FAN_OUT_ENDPOINTS],
-    );
-    const spec = (mode: 'service' | 'raw') => ({
-      mode,
-      baseUrl: ctx.server.ready.url,
-      token: INTERNAL_TOKEN,
-      databaseUrl: DATABASE_URL,
-      organizationId,
-      eventType,
-      // The raw side writes the reason the service records, so both write the same rows.
-      refusal: quotaRefusalOf({ plan: 'enterprise', monthlyDeliveryQuota: 1 }),
-      loops: CONNECTIONS,
-      warmupSeconds: WARMUP_SECONDS,
-    });
+    const spec = await fanOutLoadSpec(ctx, organizationId, eventType);
     log(`${id}: ${CONNECTIONS} gRPC loops vs ${CONNECTIONS} pg clients, ${FAN_OUT_ENDPOINTS} rows per operation, ${PAIRS} pairs × ${SEGMENT_SECONDS} s`);
     const measured = await withLoads([() => startLoad('load-publish.ts', spec('service')), () => startLoad('load-publish.ts', spec('raw'))], ([service, raw]) =>
       rounds([loadSide('service (publishes)', service!, { seconds: SEGMENT_SECONDS }, ctx.server.proc.pid), loadSide('raw pg (tx)', raw!, { seconds: SEGMENT_SECONDS })]),

@@ -57,7 +57,7 @@ function pacedSide(ctx: Context, load: Load, label: string, saturated: Measured[
   };
 }
 
-async function insertHistory(ctx: Context): Promise<{ seconds: number; analyzeSeconds: number; rows: number }> {
+export async function insertHistory(ctx: Context): Promise<{ seconds: number; analyzeSeconds: number; rows: number }> {
   const endpoints = [...ctx.listEndpointIds.map((id) => ({ organizationId: ctx.tenants.list!.organizationId, id })), ...ctx.otherEndpoints];
   const t0 = performance.now();
   // One statement: terminal statuses only (the engine must not pick any up), spread

@@ -49,6 +49,7 @@ export interface Config {
   provider: ProviderConfig;
   delivery: DeliveryConfig;
   temporal: TemporalConfig | null;
+  retention: RetentionConfig;
   /** `npm run worker`: the port of its /metrics, /healthz and /readyz. */
   workerMetricsPort: number;
   worker: WorkerConfig;
@@ -56,6 +57,16 @@ export interface Config {
   tracing: TracingConfig | null;
   /** The customer portal (PORTAL_*). */
   portal: PortalConfig;
+}
+
+/** The retention sweep's pace (README "Retention and erasure"); the periods are the plans'. */
+export interface RetentionConfig {
+  /** From the end of one pass to the start of the next. */
+  sweepIntervalMs: number;
+  /** Rows one statement of the sweep removes at most. */
+  batchSize: number;
+  /** Pause after a full batch. */
+  batchPauseMs: number;
 }
 
 export interface InternalServiceToken {
@@ -291,6 +302,11 @@ export function loadConfig(env: Env = process.env): Config {
       pendingSweep: { intervalMs: PENDING_SWEEP_INTERVAL_MS, olderThanMs: 2 * PENDING_SWEEP_INTERVAL_MS },
     },
     temporal,
+    retention: {
+      sweepIntervalMs: int('RETENTION_SWEEP_INTERVAL_MS', 10 * 60_000, 1000, 24 * 60 * 60_000),
+      batchSize: int('RETENTION_BATCH_SIZE', 1000, 1, 10_000),
+      batchPauseMs: int('RETENTION_BATCH_PAUSE_MS', 100, 0, 60_000),
+    },
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
     worker: workerConfig(env, int, problems, attemptTimeoutMs),
     tracing: tracingConfig(env, problems),

@@ -172,6 +172,10 @@ export type WebhookEndpoint = InferEntity<typeof WebhookEndpointSchema>;
 export const DELIVERY_STATUSES = ['pending', 'retrying', 'held', 'delivered', 'dead_lettered', 'failed'] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
+/** Why a delivery's payload is no longer stored (README "Retention and erasure"). */
+export const PAYLOAD_REMOVALS = ['expired', 'erased'] as const;
+export type PayloadRemoval = (typeof PAYLOAD_REMOVALS)[number];
+
 export const WebhookDeliverySchema = defineEntity({
   name: 'WebhookDelivery',
   tableName: 'webhook_deliveries',
@@ -196,6 +200,9 @@ export const WebhookDeliverySchema = defineEntity({
     deliveredAt: p.datetime().nullable(),
     /** The series of attempts the delivery is in: 1, and one more for each resend. */
     series: p.integer(),
+    /** Why the payload is gone (then empty): kept past its retention, or erased on request; null while kept. */
+    payloadRemoved: p.enum(PAYLOAD_REMOVALS).nullable(),
+    payloadRemovedAt: p.datetime().nullable(),
     ...timestamps,
   },
 });
@@ -308,6 +315,9 @@ export const EventSchema = defineEntity({
     publisher: p.text(),
     /** Why the event got no deliveries by rule (PLAN_EXCLUDES_WEBHOOKS); null otherwise. */
     skippedReason: p.text().nullable(),
+    /** Why the payload is gone (then `{}`): past its retention, or erased on request; null while kept. */
+    payloadRemoved: p.enum(PAYLOAD_REMOVALS).nullable(),
+    payloadRemovedAt: p.datetime().nullable(),
     createdAt: p.datetime(),
   },
 });

@@ -15,6 +15,7 @@ import { Migration20261126000000EndpointPause } from './migrations/Migration2026
 import { Migration20261126000000SigningSchemes } from './migrations/Migration20261126000000SigningSchemes';
 import { Migration20261127100000EndpointTurns } from './migrations/Migration20261127100000EndpointTurns';
 import { Migration20261127200000PortalSessions } from './migrations/Migration20261127200000PortalSessions';
+import { Migration20261127300000Retention } from './migrations/Migration20261127300000Retention';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -32,6 +33,7 @@ const MIGRATIONS = [
   { name: 'Migration20261126000000SigningSchemes', class: Migration20261126000000SigningSchemes },
   { name: 'Migration20261127100000EndpointTurns', class: Migration20261127100000EndpointTurns },
   { name: 'Migration20261127200000PortalSessions', class: Migration20261127200000PortalSessions },
+  { name: 'Migration20261127300000Retention', class: Migration20261127300000Retention },
 ];
 
 /**

@@ -95,8 +95,11 @@ export const fanOutInsert = statementPart((qc: QueryCreator<Tables>, now: Date) 
     ]),
 );
 
-/** What fanOutInsert returns of each delivery it recorded, as the answer shows it: the CTE the caller names `delivered`. */
-export type DeliveredRow = Omit<EventDelivery, 'endpointUrl'>;
+/**
+ * What fanOutInsert returns of each delivery it recorded, as the answer shows it: the CTE the
+ * caller names `delivered`. A delivery just recorded holds its payload, so nothing says it is gone.
+ */
+export type DeliveredRow = Omit<EventDelivery, 'endpointUrl' | 'payloadRemoved' | 'payloadRemovedAtMs'>;
 
 /** DeliveredRow's fields in the order deliveredJson puts them in its array. */
 const DELIVERED_FIELDS = [

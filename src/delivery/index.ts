@@ -17,6 +17,7 @@ export {
   FINAL_STATUSES,
   RECOVERABLE_STATUSES,
   INTERRUPTED_ATTEMPT,
+  payloadStateOf,
   FAILING_PAUSE,
   type FailingEndpoint,
   type FailingThreshold,
@@ -32,6 +33,9 @@ export {
   type ClaimedDelivery,
   type DeliveryLogFilter,
   type DeliveryWindow,
+  type ErasureCounts,
+  type ErasureCursor,
+  type ErasureScope,
 } from './records';
 export { fanOutInsert, deliveredJson, deliveredOf, DELIVERY_EVENT_UNIQUE, type FanOutRow, type DeliveredRow, type DeliveredJson } from './fan-out';
 export { EmbeddedDeliveryEngine } from './embedded-engine';

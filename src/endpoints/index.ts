@@ -12,3 +12,4 @@ export {
 } from './plans';
 export { subscribedEndpoints, deliveryGrants, type NewEventRow, type SubscribedRow, type GrantedRow } from './subscriptions';
 export { rotateSigningSecrets } from './rotation';
+export { RETENTION_BY_PLAN, payloadHorizonOf, youngestHorizons, organizationRetention, type RetentionPeriods, type RetentionRow } from './retention';

@@ -108,6 +108,8 @@ export const ERRORS = {
   DELIVERY_NOT_FOUND: [Code.NotFound, 404],
   DELIVERY_LOOKUP_INVALID: [Code.InvalidArgument, 400],
   DELIVERY_NOT_RESENDABLE: [Code.FailedPrecondition, 409],
+  DELIVERY_PAYLOAD_EXPIRED: [Code.FailedPrecondition, 410],
+  DELIVERY_PAYLOAD_ERASED: [Code.FailedPrecondition, 410],
   DELIVERY_FILTER_INVALID: [Code.InvalidArgument, 400],
   RECOVERY_WINDOW_INVALID: [Code.InvalidArgument, 400],
   RECOVERY_WINDOW_TOO_LONG: [Code.InvalidArgument, 400],

@@ -90,6 +90,7 @@ export function deliveryOutput(delivery: DeliveryRecord | undefined, ui: Tempora
     ...(ui ? [`  temporal ui ${workflowUiLink(ui.url, ui.namespace, delivery.workflowId)}`, `  ${TEMPORAL_ATTEMPT_NOTE}`] : []),
     `  created ${when(delivery.createdAt)}  next attempt ${when(delivery.nextAttemptAt)}  delivered ${when(delivery.deliveredAt)}`,
     `  last error: ${delivery.lastError || '-'}`,
+    `  payload ${delivery.payloadState}${delivery.payloadRemovedAt ? ` ${when(delivery.payloadRemovedAt)}` : ''}`,
     ...delivery.attempts.map(
       (a) =>
         `  ${a.series}#${a.attempt}  ${when(a.startedAt)}  ${a.finishedAt ? `${a.durationMs} ms` : 'running'}  ` +

@@ -15,6 +15,7 @@ import { isUuid } from '../db';
 import { idOption, optionText, requiredOption, runCommandLine, UsageError, type CliIo, type CommandLine } from '../command-line';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
 import { OperatorService, SetDeliveryQuotaResponseSchema } from '../gen/publishing/operator/v1/operator_service_pb';
+import { eraseCommand } from './erase-command';
 import { auditOutput, deadLettersOutput, deliveryOutput, eventOutput, json, killSwitchOutput, recoveryOutput, type Output, type TemporalUi } from './cli-output';
 
 const USAGE = `usage: npm run operator -- <command> [options] [--json]
@@ -34,6 +35,8 @@ const USAGE = `usage: npm run operator -- <command> [options] [--json]
                                               window (at most 14 days), paced; --dry-run only counts them
   recovery         JOB_ID                     a recovery job: state, found, resent, started, finished
   portal-session   create|revoke|revoke-all    customer-portal sessions (portal-session --help)
+  erase            --org ID [--endpoint ID] [--event EVENT_ID] [--reason TEXT] [--dry-run]
+                                              erase delivery payloads and response excerpts; --dry-run only counts
 
   Lists are newest first; --limit defaults to ${50} (at most ${10_000}). --since is inclusive,
   --until exclusive; ISO 8601 dates or times (no offset means UTC).
@@ -246,6 +249,7 @@ const COMMANDS: Record<string, Command> = {
       };
     },
   },
+  erase: eraseCommand,
   'set-quota': {
     options: ['org', 'monthly'],
     prepare(values) {

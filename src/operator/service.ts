@@ -17,13 +17,15 @@ import {
   type ListDeadLettersRequest,
   type OperatorService,
   type QueryAuditEventsRequest,
+  type EraseDeliveryDataRequest,
   type SetDeliveryQuotaRequest,
   type SetKillSwitchRequest,
 } from '../gen/publishing/operator/v1/operator_service_pb';
 import { appendAuditEvent, queryAuditEvents } from '../audit';
 import { setMonthlyDeliveryQuota } from '../auth';
 import { OrganizationSchema, WebhookEndpointSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
-import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState, type ListedDelivery } from '../delivery';
+import { eraseDeliveryData } from '../retention';
+import { GLOBAL_SCOPE, payloadStateOf, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState, type ListedDelivery } from '../delivery';
 import { recoverAnswerMessage, recoveryMessage, windowInstant, type AuditedChange, type DeliveryRecovery } from '../recovery';
 import { organizationEndpoint } from '../endpoints';
 import type { EventPublisher } from '../events';
@@ -202,6 +204,32 @@ export class OperatorServiceImpl implements ServiceImpl<typeof OperatorService> 
     return { recovery: recoveryMessage(view), organizationId: view.organizationId };
   }
 
+  async eraseDeliveryData(req: EraseDeliveryDataRequest, ctx: HandlerContext) {
+    const em = entityManagerOf(ctx);
+    const organization = isUuid(req.organizationId) ? await em.findOne(OrganizationSchema, { id: req.organizationId }) : null;
+    if (!organization) throw apiError('ORGANIZATION_NOT_FOUND', `No organization ${req.organizationId.slice(0, 64)}.`);
+    if (req.endpointId) await organizationEndpoint(em, organization.id, req.endpointId);
+    if (req.eventId.length > 255) throw apiError('EVENT_ID_INVALID', 'An event id is at most 255 characters.');
+    const scope = { organizationId: organization.id, endpointId: req.endpointId || undefined, eventId: req.eventId || undefined };
+    const counts = await eraseDeliveryData(em, this.deps.deliveries, scope, req.dryRun, new Date(this.deps.now()));
+    // Written once the pages are erased, with what was: a run cut short is audited by the run that finishes it.
+    await this.audited(ctx, {
+      organizationId: organization.id,
+      action: 'operator.delivery_data.erase',
+      targetId: req.eventId || req.endpointId || organization.id,
+      details: { endpointId: req.endpointId || null, eventId: req.eventId || null, dryRun: req.dryRun, reason: req.reason.trim() || null, ...counts },
+    })(em, async () => undefined);
+    return {
+      organizationId: organization.id,
+      dryRun: req.dryRun,
+      deliveries: BigInt(counts.deliveries),
+      payloadsErased: BigInt(counts.payloads),
+      responseExcerptsErased: BigInt(counts.responseExcerpts),
+      open: BigInt(counts.open),
+      eventPayloadsErased: BigInt(counts.eventPayloads),
+    };
+  }
+
   /** A change in one transaction with its operator audit event. */
   private audited(ctx: HandlerContext, entry: { organizationId: string; action: string; targetId: string; details: Record<string, unknown> }): AuditedChange {
     return (em, change) =>
@@ -290,6 +318,8 @@ function deliveryRecordOf(view: ListedDelivery & { organizationId: string }, loo
     deadLetteredAt: lookup?.deadLetteredAt ? timestampFromDate(lookup.deadLetteredAt) : undefined,
     deliveredAt: view.deliveredAtMs === null ? undefined : timestampFromMs(view.deliveredAtMs),
     createdAt: timestampFromMs(view.createdAtMs),
+    payloadState: payloadStateOf(view),
+    payloadRemovedAt: view.payloadRemovedAtMs ? timestampFromMs(view.payloadRemovedAtMs) : undefined,
     attempts: (lookup?.attempts ?? []).map((a) =>
       create(DeliveryAttemptSchema, {
         series: a.series,

@@ -5,6 +5,8 @@ export {
   RECOVERY_BATCH_INTERVAL_MS,
   RECOVERY_FINISHED_EVENT,
   deliveryNotFound,
+  deleteFinishedJobs,
+  payloadGone,
   type AuditedChange,
   type DeliveryRecoveryDeps,
   type RecoveryAnswer,

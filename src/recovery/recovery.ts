@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import type { Kysely } from 'kysely';
+import type { Kysely, QueryCreator } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import { ConnectError } from '@connectrpc/connect';
 import type { Logger } from '../config';
-import { epochMs, OrganizationSchema, type EntityManager, type MikroORM, type RecoveryJobSchema, type RecoveryState, type WebhookEndpoint } from '../db';
+import { epochMs, OrganizationSchema, statementPart, type EntityManager, type MikroORM, type RecoveryJobSchema, type RecoveryState, type WebhookEndpoint } from '../db';
 import { RECOVERABLE_STATUSES, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { changeEventId, type EventPublisher } from '../events';
 import { apiError, errorInfoOf } from '../errors';
-import { organizationEndpoint, planIncludesDeliveries, takeDeliveryQuota } from '../endpoints';
+import { organizationEndpoint, payloadHorizonOf, planIncludesDeliveries, RETENTION_BY_PLAN, takeDeliveryQuota } from '../endpoints';
 import { Poller } from '../poller';
 
 type Tables = InferKyselyDB<typeof RecoveryJobSchema>;
@@ -102,6 +102,7 @@ export class DeliveryRecovery {
           metadata: { status: result.refused },
         });
       }
+      if ('payloadRemoved' in result) throw payloadGone(result.payloadRemoved);
       const organization = await tx.findOneOrFail(OrganizationSchema, { id: organizationId });
       await takeDeliveryQuota(tx, organization, now);
       return result.resent;
@@ -128,6 +129,14 @@ export class DeliveryRecovery {
     const organization = await em.findOneOrFail(OrganizationSchema, { id: organizationId });
     if (!planIncludesDeliveries(organization)) {
       throw apiError('PLAN_EXCLUDES_WEBHOOKS', `The ${organization.plan} plan does not include webhook deliveries.`, { metadata: { plan: organization.plan } });
+    }
+    const horizon = payloadHorizonOf(organization, now);
+    if (since < horizon) {
+      throw apiError(
+        'DELIVERY_PAYLOAD_EXPIRED',
+        `Payloads are kept ${RETENTION_BY_PLAN[organization.plan].payloadDays} days on the ${organization.plan} plan; deliveries recorded before ${horizon.toISOString()} cannot be sent again.`,
+        { metadata: { payloadDays: String(RETENTION_BY_PLAN[organization.plan].payloadDays), earliestSince: horizon.toISOString() } },
+      );
     }
     const window = { organizationId, endpointId: endpoint.id, since, until };
     // A dry run writes nothing but its audit event: who looked, at which window.
@@ -326,6 +335,43 @@ export class DeliveryRecovery {
       this.deps.logger.warn({ err: error, deliveryId: delivery.id }, 'could not start a resent delivery; the pending sweep retries it');
     }
   }
+}
+
+/** Retention: deletes up to `limit` finished recovery jobs that ended before their organization's horizon, oldest first; returns how many. */
+export async function deleteFinishedJobs<DB extends Tables & RecoveryRetentionCte>(qc: QueryCreator<DB>, youngest: Date, limit: number): Promise<number> {
+  const result = await finishedJobsDelete(qc, youngest, limit).executeTakeFirst();
+  return Number(result.numDeletedRows);
+}
+
+interface RecoveryRetentionCte {
+  retention: { organization_id: string; recovery_jobs_before: Date };
+}
+
+const finishedJobsDelete = statementPart((qc: QueryCreator<Tables & RecoveryRetentionCte>, youngest: Date, limit: number) =>
+  qc
+    .with('ended', (w) =>
+      w
+        .selectFrom('recovery_jobs as j')
+        .innerJoin('retention as r', 'r.organization_id', 'j.organization_id')
+        .select('j.id')
+        .where('j.state', 'in', ['finished', 'stopped'])
+        .where('j.finished_at', '<', youngest)
+        .whereRef('j.finished_at', '<', 'r.recovery_jobs_before')
+        .orderBy('j.finished_at')
+        .limit(limit)
+        .forUpdate('j')
+        .skipLocked(),
+    )
+    .deleteFrom('recovery_jobs as x')
+    .using('ended as e')
+    .whereRef('x.id', '=', 'e.id'),
+);
+
+/** A resend of a delivery whose payload is no longer stored: nothing is left to send. */
+export function payloadGone(removal: 'expired' | 'erased'): ConnectError {
+  return removal === 'expired'
+    ? apiError('DELIVERY_PAYLOAD_EXPIRED', "The delivery's payload is past its retention and no longer stored; it cannot be sent again.")
+    : apiError('DELIVERY_PAYLOAD_ERASED', "The delivery's payload was erased on request; it cannot be sent again.");
 }
 
 export function deliveryNotFound(id: string): ConnectError {

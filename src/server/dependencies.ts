@@ -10,6 +10,7 @@ import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
 import { DeliveryLogServiceImpl, DeliveryRecovery } from '../recovery';
 import { PortalPages, PortalServiceImpl, PortalSessions } from '../portal';
+import { RetentionSweep } from '../retention';
 import {
   activityDepsFromConfig,
   createTemporalClient,
@@ -87,6 +88,8 @@ export interface Dependencies {
   deliveryLog: DeliveryLogServiceImpl;
   /** Resends and recovery jobs, for customers and operators; works on open jobs in the background. */
   recovery: DeliveryRecovery;
+  /** Removes delivery data past its retention, in the background. */
+  retention: RetentionSweep;
   operator: OperatorServiceImpl;
   events: EventServiceImpl;
   /** The customer portal: its sessions, their internal RPC and its pages. */
@@ -166,8 +169,10 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     service: new PortalServiceImpl({ sessions: portalSessions, logger }),
     pages: new PortalPages({ orm, sessions: portalSessions, config: config.portal, publicUrl: () => publicUrl.get(), logger }),
   };
+  const retention = new RetentionSweep({ orm, records: delivery.records, logger, now, intervalMs: config.retention.sweepIntervalMs, batchSize: config.retention.batchSize, pauseMs: config.retention.batchPauseMs });
   delivery.embedded?.begin();
   recovery.begin();
+  retention.start();
   if (config.delivery.autoPause.deadLetters > 0) failingEndpoints.begin();
 
   const shutdown = new ShutdownReadiness();
@@ -188,6 +193,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     webhooks,
     deliveryLog,
     recovery,
+    retention,
     operator,
     events,
     portal,
@@ -197,6 +203,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     readiness,
     shutdown,
     async close() {
+      await retention.stop();
       await failingEndpoints.close();
       await recovery.close();
       await delivery.close();

@@ -41,7 +41,7 @@ import {
   type WebhookEndpoint,
 } from '../db';
 import { apiError } from '../errors';
-import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
+import { payloadStateOf, workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
 import { endpointsPage, insertEndpoint, normalizeEventNames, organizationEndpoint, takeDeliveryQuota, type ListedEndpoint } from '../endpoints';
 import { eventTypesAnswer, statisticsAnswer } from './insight';
@@ -391,6 +391,8 @@ export function deliveryMessage(d: ListedDelivery): DeliveryMessage {
     updatedAt: timestampOf(d.updatedAtMs),
     deliveredAt: d.deliveredAtMs === null ? undefined : timestampOf(d.deliveredAtMs),
     workflowId: d.workflowId,
+    payloadState: payloadStateOf(d),
+    payloadRemovedAt: d.payloadRemovedAtMs ? timestampOf(d.payloadRemovedAtMs) : undefined,
   };
 }
 

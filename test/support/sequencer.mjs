@@ -18,6 +18,7 @@ const LONGEST_FIRST = [
   'test/robustness/hostile-grpc.test.ts',
   'test/robustness/hostile-rest.test.ts',
   'test/db/embedded.test.ts',
+  'test/retention/embedded-sweep.test.ts',
   'test/delivery/engine-retries.test.ts',
   'test/webhooks/limits.test.ts',
   'test/docs/readme.test.ts',

@@ -1,10 +1,12 @@
-import type { DeliveryStatus, EntityManager } from '../../db';
+import type { QueryCreator } from 'kysely';
+import type { DeliveryStatus, EntityManager, PayloadRemoval } from '../../db';
 import { DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
 import * as inserts from './inserts';
 import * as killSwitches from './kill-switches';
 import * as outcomes from './outcomes';
 import * as queries from './queries';
+import * as retention from './retention';
 import * as starts from './starts';
 import * as health from './health';
 import { FINAL_STATUSES, type ListedDelivery, type Schedule } from './rows';
@@ -13,13 +15,16 @@ import type { KillSwitchState, ReleasedDelivery } from './kill-switches';
 import type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './outcomes';
 import type { DeadLetterFilter, DeadLetterView, DeliveryLogFilter, DeliveryView, DeliveryWindow, EventDelivery } from './queries';
 import type { AttemptStart, ClaimedDelivery, ClaimOptions } from './starts';
+import type { ErasureCounts, ErasureCursor, ErasureScope, RetentionCte } from './retention';
+import type { Tables } from './rows';
 import type { FailingEndpoint, FailingThreshold } from './health';
 
-export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, FAILING_PAUSE, type ListedDelivery } from './rows';
+export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, FAILING_PAUSE, payloadStateOf, type ListedDelivery } from './rows';
 export type { NewDelivery } from './inserts';
 export type { AttemptStart, PreviousSecret, ClaimOptions, ClaimedDelivery } from './starts';
 export type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './outcomes';
 export type { KillSwitchState, ReleasedDelivery } from './kill-switches';
+export type { ErasureCounts, ErasureCursor, ErasureScope, RetentionCte } from './retention';
 export type { FailingEndpoint, FailingThreshold } from './health';
 export {
   RECENT_DELIVERIES,
@@ -78,13 +83,13 @@ export class DeliveryRecords {
    * pending and due now, attempts counted from 0 again under the next series number, its
    * own workflow id, off the dead-letter queue. The event id, body and (endpoint, event id)
    * stay the delivery's. Only a delivery in one of `from` is resent; any other answers
-   * with its status and is left as it is.
+   * with its status and is left as it is, and one whose payload is gone says why.
    */
   async resend(
     em: EntityManager,
     which: { deliveryId: string; organizationId: string; endpointId?: string },
     from: readonly DeliveryStatus[] = FINAL_STATUSES,
-  ): Promise<{ resent: ListedDelivery } | { refused: DeliveryStatus } | null> {
+  ): Promise<{ resent: ListedDelivery } | { refused: DeliveryStatus } | { payloadRemoved: PayloadRemoval } | null> {
     return inserts.resend(em, this.schedule, which, from);
   }
 
@@ -274,5 +279,42 @@ export class DeliveryRecords {
   /** Temporal: deliveries still pending since before `cutoff` (their start may have failed), a page after `after`, oldest first. */
   async pendingSince(em: EntityManager, cutoff: Date, limit: number, after?: queries.PendingCursor): Promise<queries.PendingDelivery[]> {
     return queries.pendingSince(em, cutoff, limit, after);
+  }
+
+  /**
+   * Retention: clears the payloads of up to `limit` finished deliveries recorded before their
+   * organization's horizon (the `retention` CTE of `qc`), oldest first; returns how many.
+   * `youngest`: the shortest horizon of any plan.
+   */
+  async expirePayloads<DB extends Tables & RetentionCte>(qc: QueryCreator<DB>, youngest: Date, limit: number): Promise<number> {
+    const result = await retention.expirePayloads(qc, youngest, limit, new Date(this.schedule.now())).executeTakeFirst();
+    return Number(result.numUpdatedRows);
+  }
+
+  /** Retention: deletes up to `limit` finished attempts started before their organization's horizon, oldest first; returns how many. */
+  async deleteAttempts<DB extends Tables & RetentionCte>(qc: QueryCreator<DB>, youngest: Date, limit: number): Promise<number> {
+    const result = await retention.deleteAttempts(qc, youngest, limit).executeTakeFirst();
+    return Number(result.numDeletedRows);
+  }
+
+  /** Erasure: the endpoints whose deliveries a scope covers. */
+  async erasureEndpoints(em: EntityManager, scope: ErasureScope): Promise<string[]> {
+    return retention.erasureEndpoints(em, scope);
+  }
+
+  /**
+   * Erasure: one page of an endpoint's deliveries in the scope, newest first after `after`,
+   * erased in one statement (payloads of finished deliveries, every response excerpt), or
+   * counted with `dryRun`. Statuses, counts and ids stay. `next` is null after the last page.
+   */
+  async erasePage(
+    em: EntityManager,
+    scope: ErasureScope,
+    endpointId: string,
+    after: ErasureCursor | null,
+    limit: number,
+    dryRun: boolean,
+  ): Promise<{ counts: ErasureCounts; next: ErasureCursor | null }> {
+    return retention.erasePage(em, scope, endpointId, after, limit, new Date(this.schedule.now()), dryRun);
   }
 }

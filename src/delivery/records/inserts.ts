@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { DeliveryStatus, EntityManager } from '../../db';
+import type { DeliveryStatus, EntityManager, PayloadRemoval } from '../../db';
 import { workflowIdFor } from '../workflow-id';
 import { db, listedQuery, type ListedDelivery, type Schedule } from './rows';
 
@@ -51,17 +51,18 @@ export async function resend(
   schedule: Schedule,
   which: { deliveryId: string; organizationId: string; endpointId?: string },
   from: readonly DeliveryStatus[],
-): Promise<{ resent: ListedDelivery } | { refused: DeliveryStatus } | null> {
+): Promise<{ resent: ListedDelivery } | { refused: DeliveryStatus } | { payloadRemoved: PayloadRemoval } | null> {
   const k = db(em);
   let q = k
     .selectFrom('webhook_deliveries')
-    .select(['id', 'organization_id', 'endpoint_id', 'event_id', 'status', 'series'])
+    .select(['id', 'organization_id', 'endpoint_id', 'event_id', 'status', 'series', 'payload_removed'])
     .where('id', '=', which.deliveryId)
     .where('organization_id', '=', which.organizationId);
   if (which.endpointId) q = q.where('endpoint_id', '=', which.endpointId);
   const row = await q.forUpdate().executeTakeFirst();
   if (!row) return null;
   if (!from.includes(row.status)) return { refused: row.status };
+  if (row.payload_removed) return { payloadRemoved: row.payload_removed };
   const now = new Date(schedule.now());
   const series = row.series + 1;
   await k

@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import { CompiledStatement, epochMs, type AttemptErrorClass, type DeliveryStatus, type EntityManager } from '../../db';
 import type { DeliveryRef } from '../contract';
-import { db, listedColumns, listedQuery, OPEN_STATUSES, type ListedDelivery, type Schedule, type Tables } from './rows';
+import { db, listedColumns, listedQuery, OPEN_STATUSES, recordedColumns, type ListedDelivery, type Schedule, type Tables } from './rows';
 
 /**
  * What the records answer without writing: the deliveries of events, of endpoints (the
@@ -35,7 +35,7 @@ export interface AttemptView {
 
 export interface DeliveryView extends ListedDelivery {
   organizationId: string;
-  /** The exact body signed and sent on every attempt. */
+  /** The exact body signed and sent on every attempt; empty once removed (payloadRemoved says why). */
   payload: string;
   attempts: AttemptView[];
   deadLetteredAt: Date | null;
@@ -87,7 +87,10 @@ const recent = new CompiledStatement((k: Kysely<Tables>, p: { endpointIds: strin
 
 export async function listByEvents(em: EntityManager, events: { organizationId: string; eventId: string }[]): Promise<EventDelivery[]> {
   if (events.length === 0) return [];
-  return listedQuery(db(em))
+  // As a publish answers them (recordedColumns), so that a publish's answer and a lookup of the same event agree.
+  return db(em)
+    .selectFrom('webhook_deliveries as w')
+    .select(recordedColumns)
     .innerJoin('webhook_endpoints as e', 'e.id', 'w.endpoint_id')
     .select(['e.url as endpointUrl', 'w.organization_id as organizationId'])
     .where((eb) =>
@@ -294,6 +297,8 @@ function windowQuery(k: Kysely<Tables>, window: DeliveryWindow, statuses: readon
     .where('w.endpoint_id', '=', window.endpointId)
     .where('w.organization_id', '=', window.organizationId)
     .where('w.status', 'in', statuses)
+    // A delivery whose payload is gone has nothing to send again.
+    .where('w.payload_removed', 'is', null)
     .where('w.created_at', '>=', window.since)
     .where('w.created_at', '<', window.until);
 }

@@ -7,6 +7,7 @@ import {
   type DeliveryAttemptSchema,
   type DeliveryStatus,
   type KillSwitchSchema,
+  type PayloadRemoval,
   type WebhookDeliverySchema,
   type WebhookEndpointSchema,
 } from '../../db';
@@ -71,10 +72,24 @@ export interface ListedDelivery {
   updatedAtMs: number;
   /** The series of attempts the delivery is in: 1, and one more for each resend. */
   series: number;
+  /**
+   * Why the payload is no longer stored (past its retention, or erased on request), and
+   * since when; null while it is kept. Left out where the delivery was just recorded.
+   */
+  payloadRemoved?: PayloadRemoval | null;
+  payloadRemovedAtMs?: number | null;
 }
 
-/** The columns of a ListedDelivery, read from `webhook_deliveries as w`. */
-export const listedColumns = [
+/** What an answer says of a delivery's payload: "available", or why it is gone ("expired", "erased"). */
+export function payloadStateOf(d: Pick<ListedDelivery, 'payloadRemoved'>): 'available' | PayloadRemoval {
+  return d.payloadRemoved ?? 'available';
+}
+
+/**
+ * The columns of a ListedDelivery, read from `webhook_deliveries as w`, but for what says its
+ * payload is gone: what a publish answers of the deliveries it just recorded.
+ */
+export const recordedColumns = [
   'w.id as id',
   'w.endpoint_id as endpointId',
   'w.event_id as eventId',
@@ -92,6 +107,13 @@ export const listedColumns = [
   epochMs('w.created_at').as('createdAtMs'),
   epochMs('w.updated_at').as('updatedAtMs'),
   'w.series as series',
+] as const;
+
+/** The columns of a ListedDelivery, read from `webhook_deliveries as w`. */
+export const listedColumns = [
+  ...recordedColumns,
+  'w.payload_removed as payloadRemoved',
+  epochMs<number | null>('w.payload_removed_at').as('payloadRemovedAtMs'),
 ] as const;
 
 export function listedQuery(k: Kysely<Tables>) {
