@@ -159,7 +159,7 @@ export const WebhookEndpointSchema = defineEntity({
     /** Set while the endpoint is paused: its deliveries are held, not sent. */
     pausedAt: p.datetime().nullable(),
     /** Who paused it: 'customer', or 'failing' when the service did because its deliveries kept failing. */
-    pauseReason: p.string().nullable(),
+    pauseReason: p.text().nullable(),
     /** An automatic pause: when the failures that led to it began. */
     failingSince: p.datetime().nullable(),
     /** The last resume; failures before it do not count towards an automatic pause. */
