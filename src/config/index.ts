@@ -1,7 +1,9 @@
 import { createHash } from 'node:crypto';
 
 export { createLogger, type Logger } from './logger';
+export type { TemporalConfig, TemporalTlsConfig } from './temporal';
 import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { loadTemporalConfig, type TemporalConfig } from './temporal';
 
 /**
  * Configuration from the environment, validated once at start. Development
@@ -81,13 +83,6 @@ export interface DeliveryConfig {
    * may shorten them (DELIVERY_TEST_PENDING_SWEEP_MS).
    */
   pendingSweep: { intervalMs: number; olderThanMs: number };
-}
-
-export interface TemporalConfig {
-  address: string;
-  namespace: string;
-  taskQueue: string;
-  searchAttributes: boolean;
 }
 
 export class ConfigError extends Error {
@@ -216,14 +211,7 @@ export function loadConfig(env: Env = process.env): Config {
     problems.push('DELIVERY_ALLOW_CIDRS must be empty in production (it bypasses the SSRF filter)');
   }
 
-  const temporal: TemporalConfig | null = env.TEMPORAL_ADDRESS
-    ? {
-        address: env.TEMPORAL_ADDRESS,
-        namespace: env.TEMPORAL_NAMESPACE || 'default',
-        taskQueue: env.TEMPORAL_TASK_QUEUE || 'webhook-deliveries',
-        searchAttributes: env.TEMPORAL_SEARCH_ATTRIBUTES === 'true',
-      }
-    : null;
+  const temporal = loadTemporalConfig(env, problems);
 
   const config: Config = {
     env: nodeEnv,

@@ -9,7 +9,9 @@ import {
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import type { deliverWebhook } from '../../workflows/delivery';
 import { RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import type { TemporalConfig } from '../config';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
+import { temporalConnectionOptions } from './temporal-connection';
 import { workflowIdFor } from './workflow-id';
 
 /**
@@ -110,11 +112,8 @@ function searchAttributesFor(ref: DeliveryRef): SearchAttributePair[] {
  * wait as pending rows, which the sweep starts once it answers), and `reachable` says
  * whether it answers now, for /readyz and the metrics.
  */
-export function createTemporalClient(options: {
-  address: string;
-  namespace: string;
-}): { client: Client; reachable: () => Promise<boolean>; close: () => Promise<void> } {
-  const connection = Connection.lazy({ address: options.address, connectTimeout: 2_000 });
+export function createTemporalClient(options: TemporalConfig): { client: Client; reachable: () => Promise<boolean>; close: () => Promise<void> } {
+  const connection = Connection.lazy({ ...temporalConnectionOptions(options), connectTimeout: 2_000 });
   const client = new Client({ connection, namespace: options.namespace });
   return {
     client,

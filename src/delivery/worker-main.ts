@@ -6,6 +6,7 @@ import { openDatabase, resolveDatabaseUrl } from '../db';
 import { activityDepsFromConfig, createActivities } from './activities';
 import { DeliveryMetrics } from './metrics';
 import { DeliveryRecords } from './records';
+import { temporalConnectionOptions } from './temporal-connection';
 import { serveWorkerEndpoints } from './worker-endpoints';
 
 /**
@@ -27,7 +28,7 @@ async function main(): Promise<void> {
   collectDefaultMetrics({ register: registry });
   const records = new DeliveryRecords({ retryIntervalMs: config.delivery.retryIntervalMs });
   const metrics = new DeliveryMetrics(registry, { orm, records });
-  const connection = await NativeConnection.connect({ address: config.temporal.address });
+  const connection = await NativeConnection.connect(temporalConnectionOptions(config.temporal));
   let worker: Worker | null = null;
   const server = await serveWorkerEndpoints({ port: config.workerMetricsPort, host: config.host, registry, orm, logger, running: () => worker?.getState() === 'RUNNING' });
   try {
