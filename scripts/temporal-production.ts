@@ -78,7 +78,7 @@ export interface ProductionServerOptions {
   namespace?: string;
   /** Names of the client certificates to make besides the service's (`service`). */
   clients?: string[];
-  /** Where the server's own log goes (default: a file in its folder). */
+  /** Where the server's own log goes (default: a file in the system's temporary folder, kept after `destroy()` for a failure's post-mortem). */
   logFile?: string;
 }
 
@@ -142,7 +142,7 @@ export async function startTemporalProductionServer(options: ProductionServerOpt
     }
     writeConfig(dir, options.postgres, databases, files, ports);
     const address = `127.0.0.1:${ports.frontend}`;
-    const logFile = options.logFile ?? path.join(dir, 'server.log');
+    const logFile = options.logFile ?? path.join(os.tmpdir(), `temporal-production-${suffix}.log`);
 
     const connectionOptions = (client = 'service') => temporalConnectionOptions({ address, apiKey: null, tls: {
       serverCa: Buffer.from(tls.caPem),

@@ -10,7 +10,7 @@ import { INTERRUPTED_ATTEMPT } from '../../src/delivery';
 import { MAX_ATTEMPTS } from '../../workflows/policy';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../support/https-receiver';
 import { PgCluster } from '../support/pg-cluster';
-import { startServiceProcess, stopServiceProcesses, type ServiceProcess } from '../support/service-process';
+import { processTreeCpuSeconds, startServiceProcess, stopServiceProcesses, type ServiceProcess } from '../support/service-process';
 import { makeTestTls } from '../support/tls';
 
 /**
@@ -108,6 +108,8 @@ beforeAll(async () => {
 }, 240_000);
 
 afterAll(async () => {
+  const cpu = (processes: ServiceProcess[]) => Math.round(processes.reduce((sum, p) => sum + processTreeCpuSeconds(p.pid), 0));
+  const live = temporal ? `the Temporal server ${Math.round(processTreeCpuSeconds(temporal.pid()))} s, the APIs ${cpu(apis)} s, the workers still running ${cpu(workers)} s` : '';
   await stopServiceProcesses();
   await receiver?.close();
   await temporal?.destroy();
@@ -115,7 +117,7 @@ afterAll(async () => {
   const own = process.cpuUsage(suiteStarted.ownCpu);
   process.stderr.write(
     `temporal-production: ${Math.round((Date.now() - suiteStarted.at) / 1000)} s; CPU ${Math.round(endedChildrenCpuSeconds() - suiteStarted.childrenCpu)} s in the API, worker and Temporal server processes, ` +
-      `${Math.round((own.user + own.system) / 1e6)} s in the test's (receiver, checks); PostgreSQL's not counted\n`,
+      `${Math.round((own.user + own.system) / 1e6)} s in the test's (receiver, checks); PostgreSQL's not counted. Of it: ${live}\n`,
   );
 }, 60_000);
 
@@ -269,7 +271,7 @@ it('delivers a 1,000-endpoint fan-out once to each endpoint, and dead-letters an
   expect(res.status).toBe(200);
   const ids = ((await res.json()) as { event: { deliveries: { deliveryId: string }[] } }).event.deliveries.map((d) => d.deliveryId);
   expect(ids).toHaveLength(endpointIds.length);
-  const settled = await untilSettled(ids, 150_000);
+  const settled = await untilSettled(ids, 300_000);
   process.stderr.write(`temporal-production: 1,001 deliveries settled ${Math.round((Date.now() - started) / 1000)} s after the publish\n`);
   expect(await brokenPromises(ids, settled)).toEqual([]);
   const byStatus = new Map<string, number>();
@@ -280,7 +282,7 @@ it('delivers a 1,000-endpoint fan-out once to each endpoint, and dead-letters an
   expect(receiver!.requests.filter((r) => r.path === '/dead0')).toHaveLength(MAX_ATTEMPTS);
   const [letter] = await sql<{ n: number }>('select count(*)::int as n from dead_letters where delivery_id = $1', [dead.id]);
   expect(letter!.n).toBe(1);
-}, 200_000);
+}, 400_000);
 
 it('finishes every delivery when a worker is SIGKILLed with attempts in flight', async () => {
   const { key } = await newTenant();

@@ -5,6 +5,7 @@
  * takes them along (they are killed on this process's exit).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { serviceNodeFlags } from '../../scripts/service-node-flags';
 
@@ -102,4 +103,21 @@ export async function stopServiceProcesses(): Promise<void> {
       resolve();
     }
   })));
+}
+
+/** CPU seconds a live process and every process below it have used so far, from /proc (100 ticks a second). */
+export function processTreeCpuSeconds(pid: number): number {
+  let total = 0;
+  const visit = (p: number) => {
+    try {
+      const fields = readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      total += (Number(fields[11]) + Number(fields[12])) / 100;
+      const children = readFileSync(`/proc/${p}/task/${p}/children`, 'utf8').trim();
+      for (const child of children ? children.split(' ') : []) visit(Number(child));
+    } catch {
+      // Gone meanwhile.
+    }
+  };
+  visit(pid);
+  return total;
 }
