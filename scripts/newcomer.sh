@@ -188,7 +188,7 @@ round() { # $1: the number of deliveries the receiver has had before this round
 }
 
 # While the service runs, the CLI reaches the service's database, so its key works there.
-# bootstrap: a new organization with an owner's key, as KEY and ORG.
+# bootstrap: a new key of the development organization's owner, as KEY and ORG.
 bootstrap() {
   npm run --silent admin -- bootstrap 2>"$work/admin.log" >"$work/bootstrap.txt"
   KEY="$(sed -n 's/^apiKey: //p' "$work/bootstrap.txt")"

@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { createFileRegistry, fromBinary, type DescService } from '@bufbuild/protobuf';
 import { FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
-import { buildOpenApi } from '../src/server/openapi';
+import { buildOpenApi } from '../src/server/rest/openapi';
 import { ConnectionService } from '../src/gen/publishing/v1/connection_service_pb';
 import { WebhookService } from '../src/gen/publishing/v1/webhook_service_pb';
 import { PostService } from '../src/gen/publishing/v1/post_service_pb';

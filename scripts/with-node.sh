@@ -27,7 +27,7 @@ fi
 # document is built from (the generator, the error catalog, the HTTP rules) is newer.
 gen_stamp="$root/src/gen/.stamp"
 gen_inputs=("$root/proto" "$root/third_party/proto" "$root/buf.gen.yaml" "$root/buf.yaml" "$root/scripts/generate-openapi.ts" "$root/scripts/openapi-document.ts"
-  "$root/src/server/openapi.ts" "$root/src/server/http-rules.ts" "$root/src/errors")
+  "$root/src/server/rest/openapi.ts" "$root/src/server/rest/http-rules.ts" "$root/src/errors")
 if [ ! -f "$gen_stamp" ] || [ -n "$(find "${gen_inputs[@]}" -newer "$gen_stamp" -print -quit)" ]; then
   (cd "$root" && npm run --silent generate >&2)
   touch "$gen_stamp"

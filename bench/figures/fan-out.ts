@@ -10,7 +10,7 @@
  * publishes near the quota.
  */
 import { startLoad } from '../lib';
-import { quotaRefusalOf } from '../../src/webhooks';
+import { quotaRefusalOf } from '../../src/endpoints';
 import { CONNECTIONS, DATABASE_URL, PAIRS, SEGMENT_SECONDS, WARMUP_SECONDS, addThroughputFigure, diagnostics, failedFigure, fmtMs, loadSide, log, requireClean, rounds, withLoads } from '../harness';
 import { INTERNAL_TOKEN, type Context } from '../context';
 

@@ -4,5 +4,5 @@ export { issueApiKey, revokeApiKey, authenticate, hashKey, type IssuedKey } from
 export { PrincipalCache, PRINCIPAL_CHANNEL } from './principal-cache';
 export { createAuthGate, createAuthorizeInterceptor, type GateContext } from './interceptor';
 export { requireCustomer, requireInternalService } from './require';
-export { createOrganization, createUser, isPlan, isRole, setMonthlyDeliveryQuota } from './identity';
+export { createOrganization, createUser, developmentOrganization, isPlan, isRole, setMonthlyDeliveryQuota } from './identity';
 export { accessOf } from './access';

@@ -72,7 +72,7 @@ const BOOKKEEPING_BACKOFF_MS = [100, 250, 500, 1000, 2000, HEARTBEAT_INTERVAL_MS
 /**
  * One delivery attempt, as both engines make it: the Temporal activity below and the
  * embedded engine call `run` with their own liveness. The delivery row is the source of
- * truth (records.ts): every attempt is numbered from it and written back to it.
+ * truth (records/): every attempt is numbered from it and written back to it.
  *
  * Failures of ours never use one of the 8 attempts: PostgreSQL unreachable before the
  * request leaves is waited out (the attempt heartbeats meanwhile), and the attempt is

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { MikroORM } from '../db';
 import type { Logger } from '../config';
+import { Poller } from '../poller';
 import { HEARTBEAT_TIMEOUT_MS } from '../../workflows/policy';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import type { DeliveryAttempts } from './activities';
@@ -36,19 +37,21 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   private readonly owner = randomUUID();
   private readonly inFlight = new Map<string, Promise<void>>();
   private readonly stopping = new AbortController();
-  private timer: NodeJS.Timeout | null = null;
-  private running = false;
-  private polling: Promise<void> | null = null;
-  private wakeAgain = false;
+  private readonly loop: Poller;
   private backlog = false;
   private idleWaiters: (() => void)[] = [];
 
-  constructor(private readonly options: EmbeddedEngineOptions) {}
+  constructor(private readonly options: EmbeddedEngineOptions) {
+    this.loop = new Poller({
+      round: () => this.poll(),
+      intervalMs: options.pollIntervalMs,
+      onError: (error) => options.logger.error({ err: error }, 'delivery poll failed'),
+      afterRound: () => this.notifyIdle(),
+    });
+  }
 
   begin(): void {
-    if (this.running) return;
-    this.running = true;
-    this.wake();
+    this.loop.start();
   }
 
   async start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }> {
@@ -63,27 +66,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
 
   /** Looks for due deliveries now rather than at the next poll. */
   wake(): void {
-    if (!this.running) return;
-    if (this.polling) {
-      this.wakeAgain = true;
-      return;
-    }
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    this.polling = this.poll()
-      .catch((error: unknown) => this.options.logger.error({ err: error }, 'delivery poll failed'))
-      .finally(() => {
-        this.polling = null;
-        if (!this.running) return;
-        if (this.wakeAgain) {
-          this.wakeAgain = false;
-          this.wake();
-        } else {
-          this.timer = setTimeout(() => this.wake(), this.options.pollIntervalMs);
-          this.timer.unref();
-        }
-        this.notifyIdle();
-      });
+    this.loop.wake();
   }
 
   /**
@@ -98,9 +81,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   }
 
   async close(): Promise<void> {
-    this.running = false;
-    if (this.timer) clearTimeout(this.timer);
-    await this.polling;
+    await this.loop.stop();
     const grace = this.options.closeGraceMs ?? 10_000;
     const settled = Promise.allSettled([...this.inFlight.values()]);
     let timer: NodeJS.Timeout | undefined;
@@ -118,7 +99,7 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
   }
 
   private notifyIdle(): void {
-    if (this.polling || this.inFlight.size > 0 || this.backlog || this.wakeAgain) return;
+    if (this.loop.busy || this.inFlight.size > 0 || this.backlog) return;
     const waiters = this.idleWaiters;
     this.idleWaiters = [];
     for (const resolve of waiters) resolve();

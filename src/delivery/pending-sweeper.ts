@@ -1,5 +1,6 @@
 import type { MikroORM } from '../db';
 import type { Logger } from '../config';
+import { Poller } from '../poller';
 import type { DeliveryEngine } from './contract';
 import type { DeliveryRecords } from './records';
 
@@ -23,19 +24,19 @@ export interface PendingSweeperOptions {
  * event), so a delivery whose workflow exists is left as it is.
  */
 export class PendingDeliverySweeper {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private readonly loop: Poller;
 
-  constructor(private readonly options: PendingSweeperOptions) {}
+  constructor(private readonly options: PendingSweeperOptions) {
+    this.loop = new Poller({
+      round: () => this.sweep(),
+      intervalMs: options.intervalMs,
+      onError: (error) => options.logger.warn({ err: error }, 'pending delivery sweep failed'),
+    });
+  }
 
+  /** Sweeps now, then every interval, until close(). */
   begin(): void {
-    this.timer = setInterval(() => {
-      this.running ??= this.sweep()
-        .then(() => undefined)
-        .catch((error: unknown) => this.options.logger.warn({ err: error }, 'pending delivery sweep failed'))
-        .finally(() => (this.running = null));
-    }, this.options.intervalMs);
-    this.timer.unref();
+    this.loop.start();
   }
 
   /** Starts the deliveries pending for longer than the threshold; returns how many. */
@@ -48,8 +49,7 @@ export class PendingDeliverySweeper {
     return pending.length;
   }
 
-  async close(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    await this.running;
+  close(): Promise<void> {
+    return this.loop.stop();
   }
 }

@@ -16,7 +16,7 @@ export const ERRORS = {
   INVALID_ARGUMENT: [Code.InvalidArgument, 400],
   PAYLOAD_TOO_LARGE: [Code.ResourceExhausted, 413],
   UNSUPPORTED_MEDIA_TYPE: [Code.InvalidArgument, 415],
-  // What Node's HTTP/1.1 parser refuses before any route is known (see src/server/parser-refusals.ts)
+  // What Node's HTTP/1.1 parser refuses before any route is known (see src/server/edge/parser-refusals.ts)
   MALFORMED_REQUEST: [Code.InvalidArgument, 400],
   HEADERS_TOO_LARGE: [Code.InvalidArgument, 431],
   REQUEST_TIMEOUT: [Code.DeadlineExceeded, 408],

@@ -10,7 +10,8 @@ import type {
 import { requireInternalService } from '../auth';
 import { entityManagerOf } from '../db';
 import { apiError } from '../errors';
-import { MAX_EVENTS_PER_CALL, type EventPublisher, type NewEvent, type PublishedEvent } from './publisher';
+import { MAX_EVENTS_PER_CALL, type NewEvent, type PublishedEvent } from './event';
+import type { EventPublisher } from './publisher';
 
 /** publishing.internal.v1.EventService; the auth interceptor admits internal service credentials only. */
 export class EventServiceImpl implements ServiceImpl<typeof EventService> {

@@ -7,30 +7,15 @@
  * Exit codes: 0 done, 1 the service refused or could not be reached (the stable code,
  * i.e. the ErrorInfo reason, and the message go to stderr), 2 bad usage (nothing is sent).
  */
-import { parseArgs } from 'node:util';
-import { toJson, type DescMessage, type MessageShape } from '@bufbuild/protobuf';
 import { timestampDate, timestampFromDate, type Timestamp } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, createClient, type Client, type Interceptor } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { loadConfig } from '../config';
 import { isUuid } from '../db';
-import { workflowUiLink } from '../delivery';
+import { idOption, optionText, requiredOption, runCommandLine, UsageError, type CliIo, type CommandLine } from '../command-line';
 import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
-import {
-  AuditEventSchema,
-  DeadLetterSchema,
-  KillSwitchSchema,
-  OperatorService,
-  SetDeliveryQuotaResponseSchema,
-  type AuditEvent,
-  DeliveryRecordSchema,
-  GetEventResponseSchema,
-  type GetEventResponse,
-  type DeadLetter,
-  type DeliveryRecord,
-  type KillSwitch,
-} from '../gen/publishing/operator/v1/operator_service_pb';
-import { WebhookRecoverySchema, type WebhookRecovery } from '../gen/publishing/v1/webhook_service_pb';
+import { OperatorService, SetDeliveryQuotaResponseSchema } from '../gen/publishing/operator/v1/operator_service_pb';
+import { auditOutput, deadLettersOutput, deliveryOutput, eventOutput, json, killSwitchOutput, recoveryOutput, type Output, type TemporalUi } from './cli-output';
 
 const USAGE = `usage: npm run operator -- <command> [options] [--json]
 
@@ -67,65 +52,26 @@ const MAX_PAGE_SIZE = 200;
 const DEFAULT_URL = 'http://localhost:8080';
 const TIMEOUT_MS = 30_000;
 
-class UsageError extends Error {}
+const OPTIONS = {
+  org: { type: 'string' },
+  reason: { type: 'string' },
+  endpoint: { type: 'string' },
+  action: { type: 'string' },
+  since: { type: 'string' },
+  until: { type: 'string' },
+  limit: { type: 'string' },
+  monthly: { type: 'string' },
+  event: { type: 'string' },
+  'dry-run': { type: 'boolean' },
+} as const;
 
-type Values = ReturnType<typeof parseCommandLine>['values'];
+type Values = CommandLine<typeof OPTIONS>['values'];
 type OperatorClient = Client<typeof OperatorService>;
-
-interface Output {
-  /** What --json prints. */
-  json: unknown;
-  /** What people read. */
-  text: string;
-}
-
-function parseCommandLine(argv: string[]) {
-  return parseArgs({
-    args: argv,
-    allowPositionals: true,
-    strict: true,
-    options: {
-      json: { type: 'boolean' },
-      help: { type: 'boolean' },
-      org: { type: 'string' },
-      reason: { type: 'string' },
-      endpoint: { type: 'string' },
-      action: { type: 'string' },
-      since: { type: 'string' },
-      until: { type: 'string' },
-      limit: { type: 'string' },
-      monthly: { type: 'string' },
-      event: { type: 'string' },
-      'dry-run': { type: 'boolean' },
-    },
-  });
-}
-
-function text(values: Values, name: TextOption): string | undefined {
-  const value = values[name];
-  if (value === undefined) return undefined;
-  if (value.trim() === '') throw new UsageError(`--${name} must not be empty`);
-  return value.trim();
-}
-
-function need(values: Values, name: TextOption): string {
-  const value = text(values, name);
-  if (value === undefined) throw new UsageError(`--${name} is required`);
-  return value;
-}
-
-/** Ids are uuids; the CLI says so rather than letting the service answer "not found" or an empty list. */
-function id(values: Values, name: 'org' | 'endpoint', required = false): string {
-  const value = required ? need(values, name) : text(values, name);
-  if (value === undefined) return '';
-  if (!isUuid(value)) throw new UsageError(`--${name} must be an id (uuid), got "${value}"`);
-  return value.toLowerCase();
-}
 
 const ISO = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/i;
 
 function instant(values: Values, name: 'since' | 'until'): Timestamp | undefined {
-  const value = text(values, name);
+  const value = optionText(values, name);
   if (value === undefined) return undefined;
   const match = ISO.exec(value);
   // A time without an offset would otherwise be read in the machine's time zone.
@@ -148,7 +94,7 @@ function range(values: Values): { since?: Timestamp; until?: Timestamp } {
 }
 
 function limit(values: Values): number {
-  const value = text(values, 'limit');
+  const value = optionText(values, 'limit');
   if (value === undefined) return DEFAULT_LIMIT;
   if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > MAX_LIMIT) {
     throw new UsageError(`--limit must be a whole number from 1 to ${MAX_LIMIT}, got "${value}"`);
@@ -157,7 +103,7 @@ function limit(values: Values): number {
 }
 
 function monthly(values: Values): bigint {
-  const value = need(values, 'monthly');
+  const value = requiredOption(values, 'monthly');
   if (!/^\d{1,18}$/.test(value)) throw new UsageError(`--monthly must be a whole number of deliveries (0 or more), got "${value}"`);
   return BigInt(value);
 }
@@ -174,108 +120,7 @@ async function collect<T>(wanted: number, page: (pageSize: number, pageToken: st
   return items;
 }
 
-function json<S extends DescMessage>(schema: S, message: MessageShape<S>): unknown {
-  return toJson(schema, message, { alwaysEmitImplicit: true });
-}
-
-function when(timestamp: Timestamp | undefined): string {
-  return timestamp ? timestampDate(timestamp).toISOString() : '-';
-}
-
-function killSwitchOutput(killSwitch: KillSwitch | undefined): Output {
-  if (!killSwitch) throw new Error('the service answered without a kill switch');
-  const scope = killSwitch.organizationId ? `organization ${killSwitch.organizationId}` : 'global';
-  const lines = [`kill switch (${scope}): ${killSwitch.enabled ? 'ON, deliveries are held' : 'off'}`];
-  if (killSwitch.reason) lines.push(`reason: ${killSwitch.reason}`);
-  lines.push(`updated: ${killSwitch.updatedAt ? when(killSwitch.updatedAt) : 'never set'}`);
-  return { json: json(KillSwitchSchema, killSwitch), text: `${lines.join('\n')}\n` };
-}
-
-function deadLettersOutput(deadLetters: DeadLetter[]): Output {
-  const text = deadLetters.length
-    ? deadLetters
-        .map((d) =>
-          [
-            `${when(d.deadLetteredAt)}  delivery ${d.deliveryId}  ${d.eventType} ${d.eventId}  attempts ${d.attemptCount}`,
-            `    organization ${d.organizationId}  endpoint ${d.endpointId}`,
-            `    workflow ${d.workflowId}`,
-            `    last error: ${d.lastError || '-'}`,
-          ].join('\n'),
-        )
-        .join('\n')
-    : 'no dead letters';
-  return { json: deadLetters.map((d) => json(DeadLetterSchema, d)), text: `${text}\n` };
-}
-
-function auditOutput(events: AuditEvent[]): Output {
-  const field = (name: string, value: string) => (value ? `  ${name} ${value}` : '');
-  const text = events.length
-    ? events
-        .map(
-          (e) =>
-            `${when(e.occurredAt)}  #${e.id}  ${e.action}  ${e.outcome}${field('reason', e.reason)}` +
-            `${field('org', e.organizationId)}${field('user', e.actorUserId)}${field('key', e.apiKeyId)}` +
-            `${field('target', e.targetId)}${field('request', e.requestId)}`,
-        )
-        .join('\n')
-    : 'no audit events';
-  return { json: events.map((e) => json(AuditEventSchema, e)), text: `${text}\n` };
-}
-
-function deliveryOutput(delivery: DeliveryRecord | undefined, ui: TemporalUi | null): Output {
-  if (!delivery) throw new Error('the service answered without a delivery');
-  const lines = [
-    `delivery ${delivery.deliveryId}  ${delivery.eventType} ${delivery.eventId}`,
-    `  status ${delivery.status}${delivery.deadLettered ? ` (dead-lettered ${when(delivery.deadLetteredAt)})` : ''}  attempts ${delivery.attemptCount}`,
-    `  organization ${delivery.organizationId}  endpoint ${delivery.endpointId}`,
-    `  workflow ${delivery.workflowId}`,
-    ...(ui ? [`  temporal ui ${workflowUiLink(ui.url, ui.namespace, delivery.workflowId)}`] : []),
-    `  created ${when(delivery.createdAt)}  next attempt ${when(delivery.nextAttemptAt)}  delivered ${when(delivery.deliveredAt)}`,
-    `  last error: ${delivery.lastError || '-'}`,
-    ...delivery.attempts.map(
-      (a) =>
-        `  ${a.series}#${a.attempt}  ${when(a.startedAt)}  ${a.finishedAt ? `${a.durationMs} ms` : 'running'}  ` +
-        `${a.dispatchedAt ? 'sent' : 'not sent'}  HTTP ${a.httpStatus || '-'}  ${a.error ? `${a.errorClass || 'error'}: ${a.error}` : 'ok'}`,
-    ),
-  ];
-  if (delivery.attempts.length === 0) lines.push('  no attempts');
-  return { json: json(DeliveryRecordSchema, delivery), text: `${lines.join('\n')}\n` };
-}
-
-function eventOutput(answer: GetEventResponse): Output {
-  const event = answer.event;
-  if (!event) throw new Error('the service answered without an event');
-  const lines = [
-    `event ${event.eventId}  ${event.eventType}  organization ${event.organizationId}`,
-    `occurred ${when(event.occurredAt)}  recorded ${when(event.recordedAt)}  published by ${event.publisher}`,
-  ];
-  if (event.skippedReason) lines.push(`no deliveries: ${event.skippedReason}`);
-  lines.push(
-    ...(answer.deliveries.length
-      ? answer.deliveries.map(
-          (d) =>
-            `  ${d.status.padEnd(13)} delivery ${d.deliveryId}  endpoint ${d.endpointId}  attempts ${d.attemptCount}` +
-            `${d.lastError ? `\n    last error: ${d.lastError}` : ''}`,
-        )
-      : ['  no deliveries']),
-  );
-  return { json: json(GetEventResponseSchema, answer), text: `${lines.join('\n')}\n` };
-}
-
-function recoveryOutput(recovery: WebhookRecovery | undefined, organizationId: string, extra: { found?: number; replayed?: boolean } = {}): Output {
-  if (!recovery) throw new Error('the service answered without a recovery');
-  const lines = [
-    `recovery ${recovery.id}  ${recovery.state}${recovery.stoppedReason ? ` (${recovery.stoppedReason})` : ''}${extra.replayed ? '  (asked before: this is the first job)' : ''}`,
-    `  organization ${organizationId}  endpoint ${recovery.endpointId}`,
-    `  window ${when(recovery.since)} to ${when(recovery.until)}  found ${recovery.found}  resent ${recovery.resent}`,
-    `  created ${when(recovery.createdAt)}  started ${when(recovery.startedAt)}  finished ${when(recovery.finishedAt)}`,
-  ];
-  return { json: { organizationId, ...(json(WebhookRecoverySchema, recovery) as object), ...extra }, text: `${lines.join('\n')}\n` };
-}
-
 type OptionName = Exclude<keyof Values, 'json' | 'help'>;
-/** Options that take a value. */
-type TextOption = Exclude<OptionName, 'dry-run'>;
 
 interface Command {
   /** Options it takes besides --json and --help; any other is a usage mistake. */
@@ -293,8 +138,8 @@ function killSwitchCommand(enabled: boolean): Command {
   return {
     options: ['org', 'reason'],
     prepare(values) {
-      const organizationId = id(values, 'org');
-      const reason = enabled ? need(values, 'reason') : (text(values, 'reason') ?? '');
+      const organizationId = (idOption(values, 'org') ?? '');
+      const reason = enabled ? requiredOption(values, 'reason') : (optionText(values, 'reason') ?? '');
       return async (operator) => killSwitchOutput((await operator.setKillSwitch({ organizationId, enabled, reason })).killSwitch);
     },
   };
@@ -305,7 +150,7 @@ const COMMANDS: Record<string, Command> = {
   'kill-switch get': {
     options: ['org'],
     prepare(values) {
-      const organizationId = id(values, 'org');
+      const organizationId = (idOption(values, 'org') ?? '');
       return async (operator) => killSwitchOutput((await operator.getKillSwitch({ organizationId })).killSwitch);
     },
   },
@@ -314,7 +159,7 @@ const COMMANDS: Record<string, Command> = {
   'dead-letters': {
     options: ['org', 'endpoint', 'since', 'until', 'limit'],
     prepare(values) {
-      const filter = { organizationId: id(values, 'org'), endpointId: id(values, 'endpoint'), ...range(values) };
+      const filter = { organizationId: (idOption(values, 'org') ?? ''), endpointId: (idOption(values, 'endpoint') ?? ''), ...range(values) };
       const wanted = limit(values);
       return async (operator) => {
         const deadLetters = await collect(wanted, async (pageSize, pageToken) => {
@@ -328,7 +173,7 @@ const COMMANDS: Record<string, Command> = {
   audit: {
     options: ['org', 'action', 'since', 'until', 'limit'],
     prepare(values) {
-      const filter = { organizationId: id(values, 'org'), action: text(values, 'action') ?? '', ...range(values) };
+      const filter = { organizationId: (idOption(values, 'org') ?? ''), action: optionText(values, 'action') ?? '', ...range(values) };
       const wanted = limit(values);
       return async (operator) => {
         const events = await collect(wanted, async (pageSize, pageToken) => {
@@ -343,8 +188,8 @@ const COMMANDS: Record<string, Command> = {
     options: ['endpoint', 'event'],
     argument: 'delivery id',
     prepare(values, argument, env) {
-      const endpointId = id(values, 'endpoint');
-      const eventId = text(values, 'event') ?? '';
+      const endpointId = (idOption(values, 'endpoint') ?? '');
+      const eventId = optionText(values, 'event') ?? '';
       const ui = temporalUi(env);
       if (argument !== undefined) {
         if (endpointId || eventId) throw new UsageError('give a delivery id, or --endpoint with --event, not both');
@@ -359,7 +204,7 @@ const COMMANDS: Record<string, Command> = {
     options: ['org'],
     argument: 'event id',
     prepare(values, argument) {
-      const organizationId = id(values, 'org', true);
+      const organizationId = idOption(values, 'org', true);
       if (argument === undefined) throw new UsageError('event needs the event id');
       return async (operator) => eventOutput(await operator.getEvent({ organizationId, eventId: argument }));
     },
@@ -376,7 +221,7 @@ const COMMANDS: Record<string, Command> = {
   recover: {
     options: ['endpoint', 'since', 'until', 'dry-run'],
     prepare(values) {
-      const endpointId = id(values, 'endpoint', true);
+      const endpointId = idOption(values, 'endpoint', true);
       const window = range(values);
       if (!window.since) throw new UsageError('--since is required: when the outage began');
       const dryRun = values['dry-run'] === true;
@@ -403,7 +248,7 @@ const COMMANDS: Record<string, Command> = {
   'set-quota': {
     options: ['org', 'monthly'],
     prepare(values) {
-      const organizationId = id(values, 'org', true);
+      const organizationId = idOption(values, 'org', true);
       const monthlyDeliveries = monthly(values);
       return async (operator) => {
         const answer = await operator.setDeliveryQuota({ organizationId, monthlyDeliveries });
@@ -445,11 +290,6 @@ function prepare(positionals: string[], values: Values, env: NodeJS.ProcessEnv):
     if (!command.options.includes(option as OptionName)) throw new UsageError(`${name} takes no --${option}`);
   }
   return command.prepare(values, argument, env);
-}
-
-interface TemporalUi {
-  url: string;
-  namespace: string;
 }
 
 /** The Temporal UI the deliveries' workflows are watched in, when TEMPORAL_UI_URL names one. */
@@ -503,40 +343,14 @@ function codeOf(error: ConnectError): string {
   return (Code[error.code] ?? 'UNKNOWN').replace(/([a-z])([A-Z])/g, '$1_$2').toUpperCase();
 }
 
-/** Where a run reads its environment and writes its output: the process's own, or a test's. */
-export interface CliIo {
-  stdout: { write(text: string): unknown };
-  stderr: { write(text: string): unknown };
-  env: NodeJS.ProcessEnv;
+/** Runs one command and returns the exit code (see the top of this file). */
+export function main(argv: string[], io: CliIo): Promise<number> {
+  return runCommandLine({ name: 'operator', usage: USAGE, options: OPTIONS, run: ({ positionals, values }) => runCommand(positionals, values, io) }, argv, io);
 }
 
-/** Runs one command and returns the exit code (see the top of this file). */
-export async function main(argv: string[], io: CliIo): Promise<number> {
-  let parsed: ReturnType<typeof parseCommandLine>;
-  try {
-    parsed = parseCommandLine(argv);
-  } catch (error) {
-    io.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
-    return 2;
-  }
-  const { positionals, values } = parsed;
-  if (values.help) {
-    io.stdout.write(USAGE);
-    return 0;
-  }
-  let call: (operator: OperatorClient) => Promise<Output>;
-  let operator: OperatorClient;
-  try {
-    call = prepare(positionals, values, io.env);
-    operator = operatorClient(operatorUrl(io.env), operatorToken(io.env));
-  } catch (error) {
-    if (!(error instanceof UsageError)) {
-      io.stderr.write(`operator: ${error instanceof Error ? error.message : String(error)}\n`);
-      return 1;
-    }
-    io.stderr.write(`operator: ${error.message}\n\n${USAGE}`);
-    return 2;
-  }
+async function runCommand(positionals: string[], values: Values, io: CliIo): Promise<number> {
+  const call = prepare(positionals, values, io.env);
+  const operator = operatorClient(operatorUrl(io.env), operatorToken(io.env));
   try {
     const output = await call(operator);
     io.stdout.write(values.json ? `${JSON.stringify(output.json)}\n` : output.text);

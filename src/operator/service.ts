@@ -25,7 +25,7 @@ import { setMonthlyDeliveryQuota } from '../auth';
 import { OrganizationSchema, WebhookEndpointSchema, entityManagerOf, isUuid, pageSizeOf, decodeCursor, encodeCursor, type EntityManager } from '../db';
 import { GLOBAL_SCOPE, type DeliveryEngine, type DeliveryRecords, type DeliveryView, type KillSwitchState, type ListedDelivery } from '../delivery';
 import { recoverAnswerMessage, recoveryMessage, windowInstant, type AuditedChange, type DeliveryRecovery } from '../recovery';
-import { organizationEndpoint } from '../webhooks';
+import { organizationEndpoint } from '../endpoints';
 import type { EventPublisher } from '../events';
 import type { Logger } from '../config';
 import { requestIdKey } from '../context';

@@ -7,7 +7,8 @@ import { epochMs, OrganizationSchema, type EntityManager, type MikroORM, type Re
 import { RECOVERABLE_STATUSES, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { changeEventId, type EventPublisher } from '../events';
 import { apiError, errorInfoOf } from '../errors';
-import { organizationEndpoint, planIncludesDeliveries, takeDeliveryQuota } from '../webhooks';
+import { organizationEndpoint, planIncludesDeliveries, takeDeliveryQuota } from '../endpoints';
+import { Poller } from '../poller';
 
 type Tables = InferKyselyDB<typeof RecoveryJobSchema>;
 const db = (em: EntityManager): Kysely<Tables> => em.getKysely<Tables>();
@@ -66,15 +67,19 @@ export interface DeliveryRecoveryDeps {
  * starts a new series of attempts on one delivery; a recovery job resends every
  * dead-lettered or failed delivery of an endpoint in a window, paced, in the background.
  * Owner of the recovery_jobs table. Quotas and plans apply to each resend as to any
- * delivery (src/webhooks/plans.ts).
+ * delivery (src/endpoints/plans.ts).
  */
 export class DeliveryRecovery {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
-  private again = false;
-  private stopped = true;
+  /** The pace lives in the rows (next_batch_at): a round at once finds only the batches that are due. */
+  private readonly loop: Poller;
 
-  constructor(private readonly deps: DeliveryRecoveryDeps) {}
+  constructor(private readonly deps: DeliveryRecoveryDeps) {
+    this.loop = new Poller({
+      round: () => this.runDue(),
+      intervalMs: RECOVERY_BATCH_INTERVAL_MS,
+      onError: (error) => deps.logger.error({ err: error }, 'recovery batch failed'),
+    });
+  }
 
   /**
    * Resends one delivery of an endpoint that is not disabled (a paused one holds it): a new
@@ -194,46 +199,20 @@ export class DeliveryRecovery {
 
   /** Works on the open jobs: those of a previous process at once, new ones when woken. */
   begin(): void {
-    this.stopped = false;
-    this.wake();
+    this.loop.start();
   }
 
   /** Looks for due batches now rather than at the next interval. */
   wake(): void {
-    if (this.stopped) return;
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    this.running = this.runDue()
-      .catch((error: unknown) => this.deps.logger.error({ err: error }, 'recovery batch failed'))
-      .then((more) => {
-        this.running = null;
-        if (this.stopped) return;
-        if (this.again || more === true) {
-          this.again = false;
-          this.schedule(more === true ? RECOVERY_BATCH_INTERVAL_MS : 0);
-        } else {
-          this.schedule(RECOVERY_BATCH_INTERVAL_MS);
-        }
-      });
+    this.loop.wake();
   }
 
-  async close(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running;
+  close(): Promise<void> {
+    return this.loop.stop();
   }
 
-  private schedule(ms: number): void {
-    this.timer = setTimeout(() => this.wake(), ms);
-    this.timer.unref();
-  }
-
-  /** One batch of every job that is due; true when some job has more to do. */
-  private async runDue(): Promise<boolean> {
+  /** One batch of every job that is due. */
+  private async runDue(): Promise<void> {
     const em = this.deps.orm.em.fork();
     const due = await db(em)
       .selectFrom('recovery_jobs')
@@ -243,10 +222,7 @@ export class DeliveryRecovery {
       .orderBy('next_batch_at')
       .limit(16)
       .execute();
-    let more = false;
-    for (const { id } of due) more = (await this.batch(id)) || more;
-    const open = await db(em).selectFrom('recovery_jobs').select('id').where('state', 'in', ['queued', 'running']).limit(1).execute();
-    return more || open.length > 0;
+    for (const { id } of due) await this.batch(id);
   }
 
   /**
@@ -254,12 +230,12 @@ export class DeliveryRecovery {
    * skips it meanwhile): the next deliveries of the window after the job's cursor are resent,
    * each with its quota unit, and the cursor moves past them; so a restart resends nothing
    * twice and misses nothing. The batch that finds the window exhausted finishes the job and
-   * records its platform event in the same transaction. Returns whether the job goes on.
+   * records its platform event in the same transaction.
    */
-  private async batch(jobId: string): Promise<boolean> {
+  private async batch(jobId: string): Promise<void> {
     const events = this.deps.publisher.forChange();
     const started: { delivery: ListedDelivery; job: { organizationId: string; endpoint: WebhookEndpoint } }[] = [];
-    const goesOn = await this.deps.orm.em.fork().transactional(async (tx) => {
+    await this.deps.orm.em.fork().transactional(async (tx) => {
       const now = new Date(this.deps.now());
       const job = await db(tx)
         .selectFrom('recovery_jobs')
@@ -270,7 +246,7 @@ export class DeliveryRecovery {
         .forUpdate()
         .skipLocked()
         .executeTakeFirst();
-      if (!job) return false;
+      if (!job) return;
       const endpoint = await organizationEndpoint(tx, job.organization_id, job.endpoint_id);
       const organization = await tx.findOneOrFail(OrganizationSchema, { id: job.organization_id });
       const window = { organizationId: job.organization_id, endpointId: job.endpoint_id, since: new Date(job.since), until: new Date(job.until) };
@@ -335,12 +311,10 @@ export class DeliveryRecovery {
           },
         ]);
       }
-      return !done;
     });
     // After the commit: Temporal is over the network, and a rolled-back resend must not start.
     for (const { delivery, job } of started) await this.start(delivery, job.organizationId, job.endpoint);
     await events.committed();
-    return goesOn;
   }
 
   /** Starts a resent delivery's new series; when the engine does not answer, the pending sweep starts it. */

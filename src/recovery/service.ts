@@ -20,7 +20,8 @@ import { requireCustomer } from '../auth';
 import { DELIVERY_STATUSES, decodeCursor, encodeCursor, entityManagerOf, isUuid, pageSizeOf, type DeliveryStatus, type EntityManager } from '../db';
 import type { AttemptView, DeliveryRecords, DeliveryView } from '../delivery';
 import { apiError } from '../errors';
-import { deliveryMessage, organizationEndpoint, timestampOf } from '../webhooks';
+import { organizationEndpoint } from '../endpoints';
+import { deliveryMessage, timestampOf } from '../webhooks';
 import { deliveryNotFound, type DeliveryRecovery, type RecoveryAnswer, type RecoveryView } from './recovery';
 
 /** The WebhookService routes this module serves; the endpoint routes are src/webhooks'. */

@@ -3,10 +3,9 @@ import { createConnectRouter, type ConnectRouter, type ConnectRouterOptions } fr
 import type { Logger } from '../config';
 import type { MikroORM } from '../db';
 import { requestIdFrom } from '../context';
-import { clientWentAway, createListener, type RequestHandler } from './listener';
-import { createRpcHandler } from './rpc-handler';
-import { RestGateway } from './gateway';
-import { sendError } from './http-answer';
+import { clientWentAway, createListener, sendError, type RequestHandler } from './edge';
+import { createRpcHandler } from './rpc';
+import { RestGateway } from './rest';
 import { createDependencies, type BuildOptions, type Deliveries, type Dependencies } from './dependencies';
 import { PUBLIC_SERVICES, httpRoutes, routerOptions, routes } from './routes';
 

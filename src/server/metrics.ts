@@ -1,6 +1,6 @@
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { DeliveryMetrics, type DeliveryEvent } from '../delivery';
-import type { CallObserver } from './request-context';
+import type { CallObserver } from './rpc';
 
 /**
  * Prometheus metrics of one app instance, on a registry of its own (no process-wide

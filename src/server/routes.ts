@@ -11,14 +11,19 @@ import { WebhookService } from '../gen/publishing/v1/webhook_service_pb';
 import { PostService } from '../gen/publishing/v1/post_service_pb';
 import { OperatorService } from '../gen/publishing/operator/v1/operator_service_pb';
 import { EventService } from '../gen/publishing/internal/v1/event_service_pb';
-import type { RequestHandler } from './listener';
-import { sendError, writeBody, writeJson } from './http-answer';
-import { createRequestContextInterceptor, createRequestGate, createStorableTextInterceptor, UNAVAILABLE_RETRY_AFTER_SECONDS } from './request-context';
-import { createRefusalAudit } from './refusal-audit';
+import { sendError, writeBody, writeJson, type RequestHandler } from './edge';
+import {
+  createReflectionServices,
+  createRefusalAudit,
+  createRequestContextInterceptor,
+  createRequestGate,
+  createStorableTextInterceptor,
+  REFLECTION_SERVICES,
+  strictUtf8,
+  UNAVAILABLE_RETRY_AFTER_SECONDS,
+} from './rpc';
 import { HealthService, blocking, downDependencies } from './health';
-import { createReflectionServices, REFLECTION_SERVICES } from './reflection';
-import { openApiDocument } from './openapi-route';
-import { strictUtf8 } from './utf8';
+import { openApiDocument } from './rest';
 import { CALLBACK_PATH, type Dependencies } from './dependencies';
 
 /** Services under /api/v1 (REST) as well as gRPC and Connect. */

@@ -39,9 +39,7 @@ import {
 import { apiError } from '../errors';
 import { workflowIdFor, type DeliveryEngine, type DeliveryRecords, type ListedDelivery } from '../delivery';
 import { validateEndpointUrl } from './endpoint-url';
-import { endpointsPage, insertEndpoint, organizationEndpoint, type ListedEndpoint } from './endpoints';
-import { normalizeEventNames } from './event-names';
-import { takeDeliveryQuota } from './plans';
+import { endpointsPage, insertEndpoint, normalizeEventNames, organizationEndpoint, takeDeliveryQuota, type ListedEndpoint } from '../endpoints';
 import type { WebhookRateLimiter } from './rate-limit';
 import type { SecretBox } from '../secrets';
 import { overlapRunning } from '../signatures';
@@ -218,7 +216,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
 
   /**
    * Pauses or resumes an endpoint, with its platform event and audit event in the same
-   * transaction. A pause needs nothing more: every attempt checks the endpoint (records.ts)
+   * transaction. A pause needs nothing more: every attempt checks the endpoint (delivery/records/)
    * and holds its delivery as a kill switch would. A resume makes the held deliveries due
    * and, once committed, wakes them (the embedded engine, or each Temporal workflow's
    * release signal). Setting the state an endpoint is in already changes nothing.

@@ -99,7 +99,7 @@ describe('admin CLI', () => {
     expect(again.stderr).toContain('already revoked');
   });
 
-  it('bootstraps an organization with an owner key that has every scope', async () => {
+  it('bootstraps the development organization with an owner key that has every scope, and a new key for it at every call', async () => {
     const boot = await adminJson('bootstrap');
     expect(boot).toEqual({
       organizationId: expect.any(String),
@@ -116,6 +116,19 @@ describe('admin CLI', () => {
     expect(start.body.redirectUrl).toEqual(expect.stringMatching(/^http/));
     const webhooks = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: boot.apiKey });
     expect([401, 403]).not.toContain(webhooks.status);
+
+    const before = await rowCounts();
+    const again = await adminJson('bootstrap');
+    expect(again).toEqual({ ...boot, keyId: expect.any(String), apiKey: expect.stringMatching(/^pk_live_/) });
+    expect(again.keyId).not.toBe(boot.keyId);
+    expect(again.apiKey).not.toBe(boot.apiKey);
+    expect(await rowCounts()).toEqual({ ...before, api_keys: before.api_keys! + 1 });
+    // Both keys work: the second call does not take the first away.
+    for (const apiKey of [boot.apiKey, again.apiKey]) expect((await rest(t.url, 'GET', '/api/v1/connections', { apiKey })).status).toBe(200);
+    const endpoint = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: boot.apiKey, body: { url: 'https://hooks.example.com/dev', eventNames: ['webhook.test'] } });
+    expect(endpoint.status).toBe(200);
+    const seen = await rest(t.url, 'GET', '/api/v1/webhooks', { apiKey: again.apiKey });
+    expect(seen.body.endpoints.map((e: { id: string }) => e.id)).toContain(endpoint.body.endpoint.id);
   });
 
   it('prints a key for people, with a warning that it is shown once, as npm run admin runs it', async () => {
@@ -143,7 +156,7 @@ describe('admin CLI', () => {
     const cases: { name: string; args: () => string[]; message: RegExp }[] = [
       { name: 'an unknown plan', args: () => ['create-org', '--name', 'X', '--plan', 'gold'], message: /unknown plan "gold"/ },
       { name: 'a missing --name', args: () => ['create-org', '--plan', 'scale'], message: /--name is required/ },
-      { name: 'an empty --name', args: () => ['create-org', '--name', '  ', '--plan', 'scale'], message: /--name is required/ },
+      { name: 'an empty --name', args: () => ['create-org', '--name', '  ', '--plan', 'scale'], message: /--name must not be empty/ },
       { name: 'an unknown role', args: () => ['create-user', '--org', tenant.organizationId, '--email', 'x@example.com', '--role', 'superuser'], message: /unknown role "superuser"/ },
       { name: 'an organization that does not exist', args: () => ['create-user', '--org', '00000000-0000-4000-8000-000000000000', '--email', 'x@example.com', '--role', 'member'], message: /no organization/ },
       { name: 'an organization id that is not an id', args: () => ['create-user', '--org', 'acme', '--email', 'x@example.com', '--role', 'member'], message: /--org must be an id/ },

@@ -2,7 +2,7 @@ import { Kysely, PostgresDialect, sql, type QueryCreator } from 'kysely';
 import type { InferKyselyDB } from '@mikro-orm/sql';
 import type { DeliveryUsageSchema, OrganizationSchema, WebhookDeliverySchema, WebhookEndpointSchema } from '../../src/db';
 import { fanOutInsert, type FanOutRow } from '../../src/delivery';
-import { deliveryGrants, publishingOrganizations, subscribedEndpoints, type NewEventRow } from '../../src/webhooks';
+import { deliveryGrants, publishingOrganizations, subscribedEndpoints, type NewEventRow } from '../../src/endpoints';
 
 /**
  * The publish's statement is wired from parts other modules own (src/db/cte.ts). Each part

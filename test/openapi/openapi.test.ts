@@ -5,7 +5,7 @@ import Ajv2020, { type ValidateFunction } from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { clone, create, createFileRegistry, type DescFile } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema, SourceCodeInfoSchema, file_google_protobuf_timestamp } from '@bufbuild/protobuf/wkt';
-import { buildOpenApi } from '../../src/server/openapi';
+import { buildOpenApi } from '../../src/server/rest/openapi';
 import { PUBLIC_SERVICES } from '../../src/server';
 import { ERRORS } from '../../src/errors';
 import { file_google_api_annotations } from '../../src/gen/google/api/annotations_pb';

@@ -962,7 +962,7 @@ function undecodable(method: DescMethod): fc.Arbitrary<Uint8Array> {
 
 // The protocol library decodes binary bodies before any interceptor and reports a body it
 // cannot decode as `internal`; the request gate turns that into the client's fault
-// (src/server/request-context.ts). This pins it: invalid_argument with its ErrorInfo.
+// (src/server/rpc/request-context.ts). This pins it: invalid_argument with its ErrorInfo.
 it('refuses a binary body it cannot decode (bad protobuf, compressed flag without encoding, cut gzip) with INVALID_ARGUMENT', async () => {
   const seed = ROBUSTNESS_SEED;
   const cases = fc.sample(

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
-import { RestGateway } from '../../src/server/gateway';
+import { RestGateway } from '../../src/server/rest/gateway';
 
 describe('the REST gateway over an RPC that is not built yet', () => {
   it('answers 501 NOT_IMPLEMENTED with a code, derived from the descriptor alone', async () => {

@@ -12,7 +12,7 @@ import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/config/logger';
 import { openDatabase } from '../../src/db';
 import { build, PUBLIC_SERVICES } from '../../src/server';
-import { jsonWriterOf } from '../../src/server/json-writer';
+import { jsonWriterOf } from '../../src/server/rest/json-writer';
 import { ListWebhooksResponseSchema, WebhookDeliverySchema, WebhookEndpointSchema } from '../../src/gen/publishing/v1/webhook_service_pb';
 import { TEST_ENV } from '../support/app';
 import { createTestDatabase } from '../support/databases';

@@ -5,7 +5,7 @@
  */
 import net from 'node:net';
 import http2 from 'node:http2';
-import { createListener, type Listener } from '../../src/server/listener';
+import { createListener, type Listener } from '../../src/server/edge/listener';
 
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 

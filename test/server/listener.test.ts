@@ -3,7 +3,7 @@ import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { Health, HealthCheckResponse_ServingStatus } from '../../src/gen/grpc/health/v1/health_pb';
 import { WebhookService } from '../../src/gen/publishing/v1/webhook_service_pb';
-import { createListener } from '../../src/server/listener';
+import { createListener } from '../../src/server/edge/listener';
 import { startTestApp, type TestApp } from '../support/app';
 import { client, rest } from '../support/clients';
 

@@ -7,7 +7,7 @@
  */
 import net from 'node:net';
 import { createLogger } from '../../src/config';
-import { createListener, type Listener } from '../../src/server/listener';
+import { createListener, type Listener } from '../../src/server/edge/listener';
 
 let listener: Listener;
 let port: number;

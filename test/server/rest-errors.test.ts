@@ -2,7 +2,7 @@ import http from 'node:http';
 import { Code, ConnectError, createClient, createRouterTransport } from '@connectrpc/connect';
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { ErrorInfoSchema } from '../../src/gen/google/rpc/error_details_pb';
-import { createRequestContextInterceptor } from '../../src/server/request-context';
+import { createRequestContextInterceptor } from '../../src/server/rpc/request-context';
 import { createLogger } from '../../src/config/logger';
 import { apiError } from '../../src/errors';
 import type { MikroORM } from '../../src/db';

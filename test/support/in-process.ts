@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { duplexPair } from 'node:stream';
-import type { RequestHandler } from '../../src/server/listener';
+import type { RequestHandler } from '../../src/server/edge/listener';
 import type { AppFetch } from './clients';
 
 /**

@@ -5,7 +5,7 @@ import { db, listedQuery, type ListedDelivery, type Schedule } from './rows';
 
 /**
  * How a delivery begins a series of attempts: recorded pending (record), or a finished one
- * made pending again in its next series (resend). DeliveryRecords (../records.ts) is the
+ * made pending again in its next series (resend). DeliveryRecords (index.ts) is the
  * door; what each promises is written there.
  */
 

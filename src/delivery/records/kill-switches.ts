@@ -4,7 +4,7 @@ import { db, GLOBAL_SCOPE, type Schedule } from './rows';
 /**
  * The kill switches (one per organization, and the global one) and the release of the
  * deliveries a switch or a paused endpoint held: released rows are due at once, and the
- * caller wakes their executors after its commit. DeliveryRecords (../records.ts) is the
+ * caller wakes their executors after its commit. DeliveryRecords (index.ts) is the
  * door; what each promises is written there.
  */
 

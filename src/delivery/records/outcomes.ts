@@ -9,7 +9,7 @@ import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type 
  * the outcome that closes it (delivered, or retrying one interval later), and the writes
  * that end or pause a delivery without an attempt (hold, fail, deadLetter). The dispatch
  * marks and outcomes of concurrent attempts are written together, one statement each
- * (group-commit.ts batches them), compiled once. DeliveryRecords (../records.ts) is the
+ * (group-commit.ts batches them), compiled once. DeliveryRecords (index.ts) is the
  * door; what each promises is written there.
  */
 

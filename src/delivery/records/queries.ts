@@ -7,7 +7,7 @@ import { db, listedColumns, listedQuery, OPEN_STATUSES, type ListedDelivery, typ
  * What the records answer without writing: the deliveries of events, of endpoints (the
  * newest, the log, a recovery's window), one delivery with its attempts, the dead-letter
  * queue, and the figures the metrics and the pending sweep read. DeliveryRecords
- * (../records.ts) is the door; what each promises is written there.
+ * (index.ts) is the door; what each promises is written there.
  */
 
 /** Delivery rows as the list route shows them: the five newest per endpoint. */

@@ -12,7 +12,7 @@ import {
 } from '../../db';
 
 /**
- * What every part of DeliveryRecords (../records.ts) shares: the tables as Kysely types
+ * What every part of DeliveryRecords (index.ts) shares: the tables as Kysely types
  * them, the status lists, the schedule the records keep, a delivery as lists show it, and
  * the condition that stops sending (a kill switch or a paused endpoint).
  *

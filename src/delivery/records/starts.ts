@@ -10,7 +10,7 @@ import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type 
  * lease and renewLease), and beginAttempt, which decides under the row's lock what the
  * attempt may do and writes it. Both run one statement (beginStatement, compiled once);
  * the rare takeover of an attempt left dispatched, or of a row another executor wrote to
- * meanwhile, runs as a transaction, step by step. DeliveryRecords (../records.ts) is the
+ * meanwhile, runs as a transaction, step by step. DeliveryRecords (index.ts) is the
  * door; what each promises is written there.
  */
 

@@ -1,10 +1,10 @@
 import type { ConnectError, HandlerContext } from '@connectrpc/connect';
-import { appendAuditEvent } from '../audit';
-import { accessOf, principalKey } from '../auth';
-import { requestIdKey } from '../context';
-import { entityManagerKey } from '../db';
-import { errorInfoOf } from '../errors';
-import type { Logger } from '../config';
+import { appendAuditEvent } from '../../audit';
+import { accessOf, principalKey } from '../../auth';
+import { requestIdKey } from '../../context';
+import { entityManagerKey } from '../../db';
+import { errorInfoOf } from '../../errors';
+import type { Logger } from '../../config';
 
 /**
  * Records the refusal of an audited RPC decided after authentication and before the body

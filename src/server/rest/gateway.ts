@@ -12,14 +12,13 @@ import {
   type Interceptor,
 } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
-import { ErrorInfoSchema } from '../gen/google/rpc/error_details_pb';
-import { transportKey } from '../context';
-import { apiError, ERRORS, fallbackCodeOf, type ErrorCode } from '../errors';
-import { afterRefusalRecords, clientGoneKey, pendingRefusalKey } from './request-context';
-import { isInvalidUtf8Decoding, strictUtf8 } from './utf8';
+import { ErrorInfoSchema } from '../../gen/google/rpc/error_details_pb';
+import { transportKey } from '../../context';
+import { apiError, ERRORS, fallbackCodeOf, type ErrorCode } from '../../errors';
+import { afterRefusalRecords, clientGoneKey, isInvalidUtf8Decoding, pendingRefusalKey, strictUtf8 } from '../rpc';
 import { httpRuleOf } from './http-rules';
 import { jsonWriterOf } from './json-writer';
-import { sendError, writeJson, type NodeResponse } from './http-answer';
+import { sendError, writeJson, type NodeResponse } from '../edge';
 import { codeFromString } from '@connectrpc/connect/protocol-connect';
 
 /**

@@ -1,7 +1,7 @@
 import { getOption, ScalarType, type DescEnum, type DescField, type DescMessage, type DescMethod, type DescService } from '@bufbuild/protobuf';
-import { access } from '../gen/publishing/v1/access_pb';
-import { ERRORS, type ErrorCode } from '../errors';
-import pkg from '../../package.json';
+import { access } from '../../gen/publishing/v1/access_pb';
+import { ERRORS, type ErrorCode } from '../../errors';
+import pkg from '../../../package.json';
 import { httpRuleOf, type HttpRule } from './http-rules';
 
 /**

@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Http2ServerResponse } from 'node:http2';
-import { httpStatusOf, type ErrorCode } from '../errors';
+import { httpStatusOf, type ErrorCode } from '../../errors';
 
 /**
  * How every answer that is no RPC protocol's is written: the REST gateway's, the plain

@@ -2,7 +2,7 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { Duplex } from 'node:stream';
-import type { Logger } from '../config';
+import type { Logger } from '../../config';
 import { ParserRefusals } from './parser-refusals';
 
 export type RequestHandler = (

@@ -1,5 +1,5 @@
 import type { ConnectError } from '@connectrpc/connect';
-import { apiError } from '../errors';
+import { apiError } from '../../errors';
 
 /**
  * Text is taken as sent or refused: a decoder that replaced invalid UTF-8 with U+FFFD would

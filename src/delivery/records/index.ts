@@ -1,23 +1,23 @@
-import type { DeliveryStatus, EntityManager } from '../db';
-import { RETRY_INTERVAL_MS } from '../../workflows/policy';
-import type { DeliveryRef } from './contract';
-import * as inserts from './records/inserts';
-import * as killSwitches from './records/kill-switches';
-import * as outcomes from './records/outcomes';
-import * as queries from './records/queries';
-import * as starts from './records/starts';
-import { FINAL_STATUSES, type ListedDelivery, type Schedule } from './records/rows';
-import type { NewDelivery } from './records/inserts';
-import type { KillSwitchState, ReleasedDelivery } from './records/kill-switches';
-import type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './records/outcomes';
-import type { DeadLetterFilter, DeadLetterView, DeliveryLogFilter, DeliveryView, DeliveryWindow, EventDelivery } from './records/queries';
-import type { AttemptStart, ClaimedDelivery, ClaimOptions } from './records/starts';
+import type { DeliveryStatus, EntityManager } from '../../db';
+import { RETRY_INTERVAL_MS } from '../../../workflows/policy';
+import type { DeliveryRef } from '../contract';
+import * as inserts from './inserts';
+import * as killSwitches from './kill-switches';
+import * as outcomes from './outcomes';
+import * as queries from './queries';
+import * as starts from './starts';
+import { FINAL_STATUSES, type ListedDelivery, type Schedule } from './rows';
+import type { NewDelivery } from './inserts';
+import type { KillSwitchState, ReleasedDelivery } from './kill-switches';
+import type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './outcomes';
+import type { DeadLetterFilter, DeadLetterView, DeliveryLogFilter, DeliveryView, DeliveryWindow, EventDelivery } from './queries';
+import type { AttemptStart, ClaimedDelivery, ClaimOptions } from './starts';
 
-export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type ListedDelivery } from './records/rows';
-export type { NewDelivery } from './records/inserts';
-export type { AttemptStart, PreviousSecret, ClaimOptions, ClaimedDelivery } from './records/starts';
-export type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './records/outcomes';
-export type { KillSwitchState, ReleasedDelivery } from './records/kill-switches';
+export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type ListedDelivery } from './rows';
+export type { NewDelivery } from './inserts';
+export type { AttemptStart, PreviousSecret, ClaimOptions, ClaimedDelivery } from './starts';
+export type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './outcomes';
+export type { KillSwitchState, ReleasedDelivery } from './kill-switches';
 export {
   RECENT_DELIVERIES,
   type EventDelivery,
@@ -27,7 +27,7 @@ export {
   type DeliveryWindow,
   type DeadLetterFilter,
   type DeadLetterView,
-} from './records/queries';
+} from './queries';
 
 /**
  * The only code that changes delivery rows and reads or writes their attempts, the

@@ -1,11 +1,10 @@
 import { createContextValues, type ConnectRouter } from '@connectrpc/connect';
 import type { UniversalHandler, UniversalServerResponse } from '@connectrpc/connect/protocol';
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from '@connectrpc/connect-node';
-import type { Logger } from '../config';
-import { requestIdFrom, requestIdKey } from '../context';
-import type { ErrorCode } from '../errors';
-import { sendError } from './http-answer';
-import { clientWentAway, type RequestHandler } from './listener';
+import type { Logger } from '../../config';
+import { requestIdFrom, requestIdKey } from '../../context';
+import type { ErrorCode } from '../../errors';
+import { clientWentAway, sendError, type RequestHandler } from '../edge';
 import { afterRefusalRecords, clientGoneKey } from './request-context';
 
 /**

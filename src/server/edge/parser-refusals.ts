@@ -1,8 +1,8 @@
 import http from 'node:http';
 import type net from 'node:net';
-import type { Logger } from '../config';
-import { requestIdFrom } from '../context';
-import { httpStatusOf, type ErrorCode } from '../errors';
+import type { Logger } from '../../config';
+import { requestIdFrom } from '../../context';
+import { httpStatusOf, type ErrorCode } from '../../errors';
 import { errorBody, sendError } from './http-answer';
 
 /** A request on an HTTP/1.1 connection, from its head until its response closes. */

@@ -1,5 +1,5 @@
 import { getOption, type DescField, type DescMethod } from '@bufbuild/protobuf';
-import { http } from '../gen/google/api/annotations_pb';
+import { http } from '../../gen/google/api/annotations_pb';
 
 /**
  * A method's `google.api.http` rule, read once for both readers of it: the REST gateway

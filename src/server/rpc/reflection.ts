@@ -1,8 +1,8 @@
 import { toBinary, type DescEnum, type DescExtension, type DescFile, type DescMessage, type DescService } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import { Code, type ServiceImpl } from '@connectrpc/connect';
-import { ServerReflection as ServerReflectionV1 } from '../gen/grpc/reflection/v1/reflection_pb';
-import { ServerReflection as ServerReflectionV1alpha } from '../gen/grpc/reflection/v1alpha/reflection_pb';
+import { ServerReflection as ServerReflectionV1 } from '../../gen/grpc/reflection/v1/reflection_pb';
+import { ServerReflection as ServerReflectionV1alpha } from '../../gen/grpc/reflection/v1alpha/reflection_pb';
 
 /**
  * gRPC server reflection (grpc.reflection.v1 and the older v1alpha that some clients

@@ -1,8 +1,8 @@
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from '@connectrpc/connect';
-import { type MikroORM, entityManagerKey, isDatabaseUnavailable, PageRequestError } from '../db';
-import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../context';
-import { apiError, errorInfoDetail, errorInfoOf, fallbackCodeOf, ERRORS, type ErrorCode } from '../errors';
-import type { Logger } from '../config';
+import { type MikroORM, entityManagerKey, isDatabaseUnavailable, PageRequestError } from '../../db';
+import { requestIdFrom, requestIdKey, transportKey, type Transport } from '../../context';
+import { apiError, errorInfoDetail, errorInfoOf, fallbackCodeOf, ERRORS, type ErrorCode } from '../../errors';
+import type { Logger } from '../../config';
 import { invalidUtf8, isInvalidUtf8Decoding } from './utf8';
 
 export interface CallObserver {

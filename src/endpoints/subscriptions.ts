@@ -4,7 +4,7 @@ import { statementPart, statementParts, type DeliveryUsageSchema, type WebhookEn
 import { deliveryQuotaTake, quotaRefusalSql, type PublishingOrganizationRow, type QuotaTakeRows, type WantedDeliveriesRow } from './plans';
 
 /**
- * The webhooks' part of a statement that fans events out (the publisher's): which endpoints
+ * The endpoints module's part of a statement that fans events out (the publisher's): which endpoints
  * an event goes to (the subscription rule), and which of those deliveries the month's quota
  * grants (the grant decision). The statement places both in its WITH list.
  */

@@ -9,7 +9,7 @@ let cached: string | undefined;
  */
 export function openApiDocument(): string {
   if (cached === undefined) {
-    const file = path.join(__dirname, '../gen/openapi.json');
+    const file = path.join(__dirname, '../../gen/openapi.json');
     try {
       cached = readFileSync(file, 'utf8');
     } catch (error) {

@@ -1,0 +1,2 @@
+export { RestGateway } from './gateway';
+export { openApiDocument } from './openapi-route';
