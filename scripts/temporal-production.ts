@@ -32,8 +32,8 @@ export const TEMPORAL_SERVER_VERSION = 'v1.29.1';
 export const SHARDS = 4;
 /** The system namespace the server creates itself: it answers before any namespace of ours exists. */
 const SYSTEM_NAMESPACE = 'temporal-system';
-/** Temporal's IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD. */
-const KEYWORD = 2;
+/** Temporal's IndexedValueType by the name `temporal operator search-attribute create --type` gives it. */
+const INDEXED_VALUE_TYPE = { Keyword: 2 } as const;
 
 const root = path.resolve(__dirname, '..');
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -93,7 +93,8 @@ export interface ProductionServer {
   serviceEnv(client?: string): Record<string, string>;
   /** Connection options for a client in this process, from the same settings. */
   connectionOptions(client?: string): TemporalConnectionOptions;
-  pid(): number;
+  /** The pid of the server (under its watchdog shell), or null while it is stopped. */
+  pid(): number | null;
   /** Stops the server (SIGTERM) and waits for it to exit. */
   stop(): Promise<void>;
   /** Ends it at once (SIGKILL). */
@@ -176,7 +177,7 @@ export async function startTemporalProductionServer(options: ProductionServerOpt
         TEMPORAL_TLS_SERVER_NAME: 'localhost',
       }),
       connectionOptions,
-      pid: () => child!.child.pid!,
+      pid: () => child?.child.pid ?? null,
       stop: async () => {
         if (child) await stopChild(child.child, child.exited, 'SIGTERM');
         child = null;
@@ -346,7 +347,7 @@ async function registerNamespace(options: TemporalConnectionOptions, namespace: 
     const deadline = Date.now() + 30_000;
     for (;;) {
       try {
-        await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: Object.fromEntries(DELIVERY_SEARCH_ATTRIBUTE_NAMES.map((name) => [name, KEYWORD])) });
+        await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: Object.fromEntries(DELIVERY_SEARCH_ATTRIBUTE_NAMES.map((name) => [name, INDEXED_VALUE_TYPE.Keyword])) });
         break;
       } catch (error) {
         if (/already exists/i.test(String(error))) break;

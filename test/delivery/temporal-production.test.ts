@@ -38,6 +38,8 @@ const apis: ServiceProcess[] = [];
 const workers: ServiceProcess[] = [];
 /** What each path of the receiver answers to its n-th request (default 200). */
 const plans = new Map<string, (n: number) => ReceiverAction>();
+/** CPU seconds of the processes that were stopped before the end (a killed worker, the server before its restart), by role. */
+const cpuOfStopped = { temporal: 0, workers: 0 };
 const seenPerPath = new Map<string, number>();
 
 async function sql<T>(text: string, params: unknown[] = []): Promise<T[]> {
@@ -108,8 +110,10 @@ beforeAll(async () => {
 }, 240_000);
 
 afterAll(async () => {
-  const cpu = (processes: ServiceProcess[]) => Math.round(processes.reduce((sum, p) => sum + processTreeCpuSeconds(p.pid), 0));
-  const live = temporal ? `the Temporal server ${Math.round(processTreeCpuSeconds(temporal.pid()))} s, the APIs ${cpu(apis)} s, the workers still running ${cpu(workers)} s` : '';
+  const cpu = (processes: ServiceProcess[]) => processes.reduce((sum, p) => sum + processTreeCpuSeconds(p.pid), 0);
+  const split = temporal
+    ? `the Temporal server ${Math.round(cpuOfStopped.temporal + processTreeCpuSeconds(temporal.pid() ?? 0))} s, the two APIs ${Math.round(cpu(apis))} s, the three workers ${Math.round(cpuOfStopped.workers + cpu(workers))} s`
+    : '';
   await stopServiceProcesses();
   await receiver?.close();
   await temporal?.destroy();
@@ -117,7 +121,7 @@ afterAll(async () => {
   const own = process.cpuUsage(suiteStarted.ownCpu);
   process.stderr.write(
     `temporal-production: ${Math.round((Date.now() - suiteStarted.at) / 1000)} s; CPU ${Math.round(endedChildrenCpuSeconds() - suiteStarted.childrenCpu)} s in the API, worker and Temporal server processes, ` +
-      `${Math.round((own.user + own.system) / 1e6)} s in the test's (receiver, checks); PostgreSQL's not counted. Of it: ${live}\n`,
+      `${Math.round((own.user + own.system) / 1e6)} s in the test's (receiver, checks); PostgreSQL's not counted. Of it: ${split}\n`,
   );
 }, 60_000);
 
@@ -297,6 +301,7 @@ it('finishes every delivery when a worker is SIGKILLed with attempts in flight',
   const cut = running.get(killed.pid) ?? [];
   expect(cut.length).toBeGreaterThan(0);
   workers.splice(workers.indexOf(killed), 1);
+  cpuOfStopped.workers += processTreeCpuSeconds(killed.pid);
   await killed.stop('SIGKILL');
   // A new worker takes the killed one's place while Temporal waits out the heartbeat timeout.
   const replacement = startServiceProcess('worker', { ...env, ...temporal!.serviceEnv('worker') });
@@ -335,6 +340,7 @@ it('finishes every delivery on schedule when the Temporal server restarts in the
   const arrived = () => receiver!.requests.filter((r) => r.path.startsWith('/retry')).length;
   for (const deadline = Date.now() + 30_000; arrived() < 15 && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 50));
   expect(arrived()).toBeGreaterThanOrEqual(15);
+  cpuOfStopped.temporal += processTreeCpuSeconds(temporal!.pid() ?? 0);
   await temporal!.stop();
   await temporal!.start();
   const settled = await untilSettled(ids, 90_000);

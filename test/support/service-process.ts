@@ -107,6 +107,7 @@ export async function stopServiceProcesses(): Promise<void> {
 
 /** CPU seconds a live process and every process below it have used so far, from /proc (100 ticks a second). */
 export function processTreeCpuSeconds(pid: number): number {
+  if (pid <= 0) return 0;
   let total = 0;
   const visit = (p: number) => {
     try {
