@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Pool } from 'pg';
 import type { TestTls } from '../test/support/tls';
-import { openDatabase } from '../src/db';
+import { openDatabase, databaseAt } from '../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../src/auth';
 import { baseEnv, startChild, type Child } from './lib';
 import { DATABASE_URL } from './harness';
@@ -82,7 +82,7 @@ export async function scrapeMetrics(baseUrl: string, names: string[]): Promise<n
 }
 
 export async function seedTenants(names: string[]): Promise<Record<string, Tenant>> {
-  const orm = await openDatabase(DATABASE_URL, { pool: { min: 0, max: 2 } });
+  const orm = await openDatabase(databaseAt(DATABASE_URL), { pool: { min: 0, max: 2 } });
   try {
     const tenants: Record<string, Tenant> = {};
     for (const name of names) {

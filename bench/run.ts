@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Pool } from 'pg';
 import { makeTestTls } from '../test/support/tls';
-import { ensureServiceRoles, openDatabase, migrate } from '../src/db';
+import { ensureServiceRoles, openDatabase, migrate, databaseAt } from '../src/db';
 import { killAllChildren, startChild, type Child } from './lib';
 import {
   BUDGET_SECONDS, CONNECTIONS, DATABASE_URL, DB_NAME, DELIVERIES, HISTORY_ROWS, KEEP_DATABASE, MEMORY_LARGE, MEMORY_SMALL, ONLY, PAIRS, RUN_NOTE, SECONDS,
@@ -111,7 +111,7 @@ async function main(): Promise<number> {
   let server: Child<{ url: string }> | null = null;
   let receiver: Child<{ url: string }> | null = null;
   try {
-    const orm = await openDatabase(DATABASE_URL, { pool: { min: 0, max: 1 } });
+    const orm = await openDatabase(databaseAt(DATABASE_URL), { pool: { min: 0, max: 1 } });
     try {
       await migrate(orm);
     } finally {

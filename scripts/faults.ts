@@ -28,7 +28,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
-import { OWNER_ROLE, SERVICE_ROLE, ensureServiceRoles, migrateAs, openDatabase } from '../src/db';
+import { OWNER_ROLE, SERVICE_ROLE, ensureServiceRoles, migrateAs, openDatabase, databaseAt } from '../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../src/auth';
 import { INTERRUPTED_ATTEMPT } from '../src/delivery';
 import { makeTestTls } from '../test/support/tls';
@@ -381,7 +381,7 @@ async function notTls(): Promise<{ url: string; close(): Promise<void> }> {
 
 /** An organization on the scale plan with an owner's key holding every scope. */
 async function newTenant(): Promise<{ org: { id: string }; key: string }> {
-  const orm = await openDatabase(databaseUrl, { pool: { min: 0, max: 2 } });
+  const orm = await openDatabase(databaseAt(databaseUrl), { pool: { min: 0, max: 2 } });
   try {
     const em = orm.em.fork();
     const org = await createOrganization(em, { name: 'Faults', plan: 'scale' });
@@ -405,7 +405,7 @@ async function main(): Promise<void> {
     await admin.end();
   }
   const asRole = (role: string) => `postgres://${role}@127.0.0.1:${cluster!.port}/publishing_faults`;
-  await migrateAs(asRole(OWNER_ROLE));
+  await migrateAs(databaseAt(asRole(OWNER_ROLE)));
   serviceUrls = { DATABASE_URL: asRole(SERVICE_ROLE), DATABASE_MIGRATION_URL: asRole(OWNER_ROLE) };
   databaseUrl = asRole('postgres');
   const tls = await makeTestTls();

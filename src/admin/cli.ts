@@ -1,5 +1,5 @@
 import { loadConfig, type Config, createLogger } from '../config';
-import { migrateAs, resolveDatabaseUrl, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
+import { migrateAs, openDatabase, resolveDatabaseUrl, isUniqueViolation, OrganizationSchema, UserSchema, type EntityManager } from '../db';
 import { idOption, optionText, requiredOption, runCommandLine, UsageError, type CliIo, type CommandLine } from '../command-line';
 import { rotateSigningSecrets } from '../endpoints';
 import { SecretBox } from '../secrets';
@@ -102,8 +102,8 @@ async function runCommand(command: string, values: Values, io: CliIo): Promise<n
   const database = await resolveDatabaseUrl(config.databaseUrl, logger);
   try {
     // Migrations run as the owner role; the service role that runs the command cannot.
-    await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
-    const orm = await database.open();
+    await migrateAs(database, config.databaseMigrationUrl || undefined);
+    const orm = await openDatabase(database);
     try {
       const result = await run(command, values, orm.em.fork(), config);
       if (values.json) io.stdout.write(`${JSON.stringify(result)}\n`);

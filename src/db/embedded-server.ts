@@ -42,7 +42,7 @@ interface Connection {
  * exchange left a transaction open (or stopped at a Flush, waiting for more of its own)
  * only that connection runs. Without it, two pooled connections' extended queries
  * interleave: one's Bind binds the other's unnamed statement with its own parameters.
- * Named statements stay one session's: the pool sends none here (SessionOptions).
+ * Named statements stay one session's: openDatabase's pool sends none here (Database.embedded).
  */
 export async function servePGlite(db: PGlite, options: { host: string; maxConnections: number }): Promise<EmbeddedServer> {
   const queue: Exchange[] = [];

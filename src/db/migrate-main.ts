@@ -11,7 +11,7 @@ async function main(): Promise<void> {
   }
   const database = await resolveDatabaseUrl(config.databaseUrl, logger);
   try {
-    const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
+    const applied = await migrateAs(database, config.databaseMigrationUrl || undefined);
     logger.info({ applied }, applied.length > 0 ? 'migrations applied' : 'database is up to date');
   } finally {
     await database.stop();

@@ -42,19 +42,34 @@ export const POOL_SIZE = 10;
 /** Every migration's name, in the order they run. */
 export const MIGRATION_NAMES = MIGRATIONS.map((m) => m.name);
 
-/** What the server behind a URL gives each pooled connection. */
-export interface SessionOptions {
+/**
+ * A database a process may open: where it is, and what its server gives each connection.
+ * resolveDatabaseUrl finds the service's (DATABASE_URL, the local PostgreSQL or the embedded
+ * one); databaseAt names a PostgreSQL directly (a test's database, the bench's).
+ */
+export interface Database {
+  /** Where the service connects: as the service role when the development default set the roles up. */
+  url: string;
+  /** Where migrations run (as the owner role); DATABASE_MIGRATION_URL, when set, goes before it. */
+  migrationUrl: string;
+  /** Pool size the database can take (the embedded server serves a few connections only). */
+  poolMax: number;
   /**
-   * Whether registered statements go out as named prepared statements (default true). A
-   * name belongs to a database session, so this holds only where every pooled connection is
-   * a session of its own: not behind the embedded PGlite server (one session for all) nor a
-   * proxy that pools transactions (PgBouncer in transaction mode), where the second
-   * connection to prepare a name finds it taken.
+   * True for the embedded PGlite server: one session behind every connection. A named
+   * prepared statement belongs to a session, so where connections share one the second to
+   * prepare a name finds it taken (42P05): openDatabase sends none there.
    */
-  namedStatements?: boolean;
+  embedded: boolean;
+  /** Stops what was started for the database (the embedded server), if anything. */
+  stop(): Promise<void>;
 }
 
-export function ormOptions(clientUrl: string, extra: Partial<Options> = {}, session: SessionOptions = {}): Options {
+/** A PostgreSQL at `url` that gives every connection a session of its own. */
+export function databaseAt(url: string, migrationUrl = url): Database {
+  return { url, migrationUrl, poolMax: POOL_SIZE, embedded: false, stop: async () => undefined };
+}
+
+function ormOptions(clientUrl: string, extra: Partial<Options>, namedStatements: boolean): Options {
   return {
     clientUrl,
     entities: ENTITIES,
@@ -79,7 +94,7 @@ export function ormOptions(clientUrl: string, extra: Partial<Options> = {}, sess
     ...extra,
     // Without a bound, a call waits for a connection as long as the kernel keeps trying to
     // reach an unreachable server (minutes); past it the call is answered UNAVAILABLE.
-    driverOptions: { connectionTimeoutMillis: 5_000, ...extra.driverOptions, onPoolCreated: poolHooks(extra.driverOptions?.onPoolCreated, session.namedStatements ?? true) },
+    driverOptions: { connectionTimeoutMillis: 5_000, ...extra.driverOptions, onPoolCreated: poolHooks(extra.driverOptions?.onPoolCreated, namedStatements) },
   };
 }
 
@@ -92,8 +107,14 @@ function poolHooks(extra: unknown, namedStatements: boolean): (pool: Pool) => vo
   };
 }
 
-export async function openDatabase(clientUrl: string, extra: Partial<Options> = {}, session: SessionOptions = {}): Promise<MikroORM> {
-  return MikroORM.init(ormOptions(clientUrl, extra, session));
+/**
+ * The one way every process opens the database (the API, the worker, the CLIs, the bench,
+ * the fault script): the pool sized for the server behind it, and named prepared statements
+ * only where each connection is a session of its own (not on the embedded server).
+ * `extra`: more ORM options (a pool size of its own, a test's pool hook).
+ */
+export async function openDatabase(database: Database, extra: Partial<Options> = {}): Promise<MikroORM> {
+  return MikroORM.init(ormOptions(database.url, { pool: { min: 0, max: database.poolMax }, ...extra }, !database.embedded));
 }
 
 /** Applies pending migrations; returns the names applied. */
@@ -103,11 +124,12 @@ export async function migrate(orm: MikroORM): Promise<string[]> {
 }
 
 /**
- * Applies pending migrations over a connection of their own to `url`, which logs in as the
- * owner role (DATABASE_MIGRATION_URL): the service's pool never has the owner's rights.
+ * Applies pending migrations over a connection of their own to `url` (the database's
+ * migrationUrl unless DATABASE_MIGRATION_URL names another), which logs in as the owner
+ * role: the service's pool never has the owner's rights.
  */
-export async function migrateAs(url: string): Promise<string[]> {
-  const orm = await openDatabase(url, { pool: { min: 0, max: 1 } });
+export async function migrateAs(database: Database, url = database.migrationUrl): Promise<string[]> {
+  const orm = await openDatabase({ ...database, url }, { pool: { min: 0, max: 1 } });
   try {
     return await migrate(orm);
   } finally {

@@ -9,15 +9,15 @@ const names = new Map<string, string>();
  * at every execution (Kysely sends every statement unnamed). For a statement of many CTEs
  * that a hot path runs, planning costs about as much as a small insert's whole execution.
  * Register only statements built once, whose text never changes (CompiledStatement's).
- * A prepared statement needs a session per connection: ormOptions installs the hook only
+ * A prepared statement needs a session per connection: openDatabase installs the hook only
  * where each connection has one (not on the embedded PGlite server, whose connections
- * share one session; see SessionOptions), and elsewhere the same texts go out unnamed.
+ * share one session; see Database.embedded), and elsewhere the same texts go out unnamed.
  */
 export function prepareStatement(text: string): void {
   if (!names.has(text)) names.set(text, `prepared_${names.size + 1}`);
 }
 
-/** The pool hook that sends the registered texts under their names (ormOptions installs it). */
+/** The pool hook that sends the registered texts under their names (openDatabase installs it). */
 export function sendPreparedStatements(pool: Pool): void {
   pool.on('connect', (client: PoolClient) => {
     const query = client.query.bind(client) as (...args: unknown[]) => unknown;

@@ -4,39 +4,13 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'pg';
 import type { Logger } from '../config';
-import type { Options } from '@mikro-orm/postgresql';
 import { servePGlite } from './embedded-server';
-import { POOL_SIZE, openDatabase, type MikroORM } from './orm';
+import { databaseAt, type Database } from './orm';
 import { OWNER_ROLE, SERVICE_ROLE, ensureServiceRoles } from './roles';
 
-export interface ResolvedDatabase {
-  /** Where the service connects: as the service role when the development default set the roles up. */
-  url: string;
-  /** Where migrations run (as the owner role); DATABASE_MIGRATION_URL, when set, goes before it. */
-  migrationUrl: string;
-  /** Pool size the database can take (the embedded server serves a few connections only). */
-  poolMax: number;
-  /** True for the embedded PGlite server: one session behind every connection. */
-  embedded: boolean;
-  /**
-   * Opens the pool over `url`: sized for the server, and with named prepared statements
-   * only where each connection is a session of its own (not on the embedded server).
-   * `extra`: more ORM options (a test's pool hook, say).
-   */
-  open(extra?: Partial<Options>): Promise<MikroORM>;
-  /** Stops what was started for the database (the embedded server), if anything. */
-  stop(): Promise<void>;
-}
-
-function resolved(url: string, migrationUrl: string, embedded: boolean, stop: () => Promise<void> = async () => undefined, poolMax = POOL_SIZE): ResolvedDatabase {
-  return {
-    url,
-    migrationUrl,
-    poolMax,
-    embedded,
-    open: (extra = {}) => openDatabase(url, { ...extra, pool: { min: 0, max: poolMax } }, { namedStatements: !embedded }),
-    stop,
-  };
+/** The embedded server at `url`: one session behind every connection. */
+function embeddedAt(url: string, poolMax: number, stop: () => Promise<void> = async () => undefined): Database {
+  return { url, migrationUrl: url, poolMax, embedded: true, stop };
 }
 
 /**
@@ -86,11 +60,11 @@ function answers(host: string, port: number): Promise<boolean> {
  * address in `<dataDir>/pglite.lock`; another process reads it and connects to that
  * server (`join`), or refuses with the owner's pid (`own`).
  */
-export async function resolveDatabaseUrl(configured: string, logger: Logger, options: ResolveOptions = {}): Promise<ResolvedDatabase> {
+export async function resolveDatabaseUrl(configured: string, logger: Logger, options: ResolveOptions = {}): Promise<Database> {
   const { dataDir = '.data', local = LOCAL, embedded = 'join', ownerStartTimeoutMs = 60_000 } = options;
   if (configured) {
     logger.info({ database: redact(configured) }, 'using DATABASE_URL');
-    return resolved(configured, configured, false);
+    return databaseAt(configured);
   }
   if (await answers(local.host, local.port)) {
     const admin = new Client({ host: local.host, port: local.port, user: 'postgres', database: 'postgres' });
@@ -104,11 +78,11 @@ export async function resolveDatabaseUrl(configured: string, logger: Logger, opt
         // Its tables belong to whoever created it, and the bootstrap superuser's cannot be handed over.
         logger.warn({ database: DEV_DATABASE, owner: exists.rows[0].owner }, 'this database predates the owner and service roles and runs as its owner; drop it to have them');
         const url = roleUrl(exists.rows[0].owner);
-        return resolved(url, url, false);
+        return databaseAt(url);
       }
       const url = roleUrl(SERVICE_ROLE);
       logger.info({ database: url }, 'no DATABASE_URL: using the local PostgreSQL');
-      return resolved(url, roleUrl(OWNER_ROLE), false);
+      return databaseAt(url, roleUrl(OWNER_ROLE));
     } catch (error) {
       logger.warn({ err: error }, 'local PostgreSQL answered but could not be used; falling back to embedded PGlite');
     } finally {
@@ -126,7 +100,7 @@ interface OwnerRecord {
 
 export class EmbeddedDatabaseBusyError extends Error {}
 
-async function embeddedDatabase(dataDir: string, logger: Logger, access: EmbeddedAccess, ownerStartTimeoutMs: number): Promise<ResolvedDatabase> {
+async function embeddedDatabase(dataDir: string, logger: Logger, access: EmbeddedAccess, ownerStartTimeoutMs: number): Promise<Database> {
   mkdirSync(dataDir, { recursive: true });
   const lockPath = path.join(dataDir, 'pglite.lock');
   const deadline = Date.now() + ownerStartTimeoutMs;
@@ -202,7 +176,7 @@ function unlinkQuietly(file: string): void {
   }
 }
 
-async function serveEmbedded(dataDir: string, lockPath: string, logger: Logger): Promise<ResolvedDatabase> {
+async function serveEmbedded(dataDir: string, lockPath: string, logger: Logger): Promise<Database> {
   const release = () => {
     const owner = parseOwner(readLock(lockPath) ?? '');
     if (owner?.pid === process.pid) unlinkQuietly(lockPath);
@@ -228,7 +202,7 @@ async function serveEmbedded(dataDir: string, lockPath: string, logger: Logger):
       release();
       process.removeListener('exit', release);
     };
-    return resolved(url, url, true, stop, OWNER_POOL_MAX);
+    return embeddedAt(url, OWNER_POOL_MAX, stop);
   } catch (error) {
     release();
     process.removeListener('exit', release);
@@ -236,7 +210,7 @@ async function serveEmbedded(dataDir: string, lockPath: string, logger: Logger):
   }
 }
 
-async function joinEmbedded(owner: Required<OwnerRecord>, lockPath: string, logger: Logger): Promise<ResolvedDatabase> {
+async function joinEmbedded(owner: Required<OwnerRecord>, lockPath: string, logger: Logger): Promise<Database> {
   const colon = owner.address.lastIndexOf(':');
   if (!(await answers(owner.address.slice(0, colon), Number(owner.address.slice(colon + 1))))) {
     throw new EmbeddedDatabaseBusyError(
@@ -245,7 +219,7 @@ async function joinEmbedded(owner: Required<OwnerRecord>, lockPath: string, logg
   }
   const url = `postgres://postgres@${owner.address}/postgres`;
   logger.info({ database: url, ownerPid: owner.pid }, 'no DATABASE_URL and no local PostgreSQL: using the embedded PGlite served by another process');
-  return resolved(url, url, true, undefined, JOINER_POOL_MAX);
+  return embeddedAt(url, JOINER_POOL_MAX);
 }
 
 function redact(url: string): string {

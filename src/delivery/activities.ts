@@ -100,11 +100,12 @@ export class DeliveryAttempts {
   /** `begun`: the attempt as the embedded engine's claim began it (claimDue), instead of a beginAttempt of its own. */
   async run(ref: DeliveryRef, liveness: AttemptLiveness, begun?: AttemptStart): Promise<AttemptResult> {
     const beat = setInterval(() => liveness.heartbeat(), HEARTBEAT_INTERVAL_MS);
+    const progress = { sent: false };
     try {
-      return await this.attempt(ref, liveness, begun);
+      return await this.attempt(ref, liveness, begun, progress);
     } catch (error) {
       if (failureClass(error) !== 'permanent') throw error;
-      return await this.abandon(ref, error, liveness.signal);
+      return await this.abandon(ref, error, liveness.signal, progress.sent);
     } finally {
       clearInterval(beat);
     }
@@ -114,9 +115,13 @@ export class DeliveryAttempts {
    * Ends a delivery that failed for a reason of ours no retry can fix, as dead-lettered with
    * a reason that says so. Retrying would fail the same way forever (a Temporal workflow
    * topping up attempts that never send, an embedded lease re-begun after every lapse).
+   * `sent`: the request had been written when it failed, so the receiver may have it; the
+   * reason says so, and the attempt stays counted.
    */
-  private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal): Promise<AttemptResult> {
-    const reason = `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
+  private async abandon(ref: DeliveryRef, error: unknown, signal: AbortSignal, sent: boolean): Promise<AttemptResult> {
+    const reason = sent
+      ? `Sent, then failed on our side before its outcome was recorded (${describeFailure(error)}); the receiver may have it, so no retry follows. An operator can find the cause in the logs by delivery id.`
+      : `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
     this.deps.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery dead-lettered by a failure of ours');
     if (await this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal)) this.deps.onEvent?.('dead_lettered');
     return { kind: 'abandoned', reason };
@@ -128,7 +133,8 @@ export class DeliveryAttempts {
     if (await this.untilRecorded(() => this.records.deadLetter(em, ref), signal)) this.deps.onEvent?.('dead_lettered');
   }
 
-  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined): Promise<AttemptResult> {
+  /** `progress.sent` turns true once a request is about to be written: a failure from there on may follow a delivery the receiver has. */
+  private async attempt(ref: DeliveryRef, liveness: AttemptLiveness, begun: AttemptStart | undefined, progress: { sent: boolean }): Promise<AttemptResult> {
     // Forked only for an attempt the engine's claim did not begin: most never need one.
     let em: EntityManager | undefined;
     const now = this.deps.now ?? Date.now;
@@ -166,6 +172,7 @@ export class DeliveryAttempts {
           beforeSend: async () => {
             const marked = await this.dispatches.submit({ ref, attempt: start.attempt, startedAt: start.startedAt });
             refusedBeforeSend = !marked;
+            progress.sent = marked;
             return marked;
           },
         });

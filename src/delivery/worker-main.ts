@@ -23,7 +23,7 @@ async function main(): Promise<void> {
   if (!config.temporal) throw new Error('TEMPORAL_ADDRESS is required for the worker');
   if (!config.databaseUrl && config.env === 'production') throw new Error('DATABASE_URL is required for the worker');
   const database = await resolveDatabaseUrl(config.databaseUrl, logger, { embedded: 'join' });
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  const orm = await openDatabase(database);
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const records = new DeliveryRecords({ retryIntervalMs: config.delivery.retryIntervalMs });

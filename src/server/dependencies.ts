@@ -1,6 +1,6 @@
 import { Pool } from 'pg';
 import { type Config, createLogger, type Logger } from '../config';
-import { openDatabase, migrate, type MikroORM } from '../db';
+import { databaseAt, openDatabase, migrate, type MikroORM } from '../db';
 import { PrincipalCache } from '../auth';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
@@ -103,7 +103,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const { config } = options;
   const logger = options.logger ?? createLogger(config.logLevel);
   const ownsOrm = !options.orm;
-  const orm = options.orm ?? (await openDatabase(config.databaseUrl));
+  const orm = options.orm ?? (await openDatabase(databaseAt(config.databaseUrl)));
   if (ownsOrm) await migrate(orm);
   const now = options.now ?? Date.now;
 

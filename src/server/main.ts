@@ -1,5 +1,5 @@
 import { loadConfig, ConfigError, createLogger } from '../config';
-import { migrateAs, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
+import { migrateAs, openDatabase, resolveDatabaseUrl, serviceRoleProblems, EmbeddedDatabaseBusyError } from '../db';
 import { start } from './app';
 
 /** Entry point: `npm start`. Migrations run at start except in production, where `npm run migrate` does. */
@@ -17,10 +17,10 @@ async function main(): Promise<void> {
   const logger = createLogger(config.logLevel);
   const database = await resolveDatabaseUrl(config.databaseUrl, logger, { embedded: 'own' });
   if (config.env !== 'production') {
-    const applied = await migrateAs(config.databaseMigrationUrl || database.migrationUrl);
+    const applied = await migrateAs(database, config.databaseMigrationUrl || undefined);
     if (applied.length > 0) logger.info({ applied }, 'migrations applied');
   }
-  const orm = await database.open();
+  const orm = await openDatabase(database);
   // PGlite has one user; on PostgreSQL a role that could rewrite the audit trail is refused in production.
   const roleProblems = database.embedded ? [] : await serviceRoleProblems(orm.em.fork());
   if (roleProblems.length > 0 && config.env === 'production') {

@@ -1,4 +1,4 @@
-import { openDatabase, type MikroORM } from '../../src/db';
+import { openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { createTestDatabase } from '../support/databases';
 import { startPgProxy, type PgProxy } from '../support/pg-proxy';
 import { within } from '../support/within';
@@ -17,7 +17,7 @@ beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
   proxy = await startPgProxy(database.url);
-  orm = await openDatabase(proxy.url, { pool: { min: 0, max: 2 } });
+  orm = await openDatabase(databaseAt(proxy.url), { pool: { min: 0, max: 2 } });
 });
 afterAll(async () => {
   await orm?.close();

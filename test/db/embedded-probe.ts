@@ -30,7 +30,7 @@ async function main(): Promise<void> {
     return;
   }
   const database = await resolveDatabaseUrl('', logger, { dataDir, local, embedded: mode === 'serve' ? 'own' : 'join' });
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: database.poolMax } });
+  const orm = await openDatabase(database);
   try {
     const applied = await migrate(orm);
     const migrated = async () => ({

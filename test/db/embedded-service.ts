@@ -13,7 +13,7 @@ import { createInterface } from 'node:readline';
 import type { Pool } from 'pg';
 import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/config/logger';
-import { migrateAs, resolveDatabaseUrl } from '../../src/db';
+import { migrateAs, openDatabase, resolveDatabaseUrl } from '../../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../../src/auth';
 import { start } from '../../src/server';
 
@@ -24,8 +24,8 @@ async function main(): Promise<void> {
   const database = await resolveDatabaseUrl('', logger, { dataDir, local: { host: '127.0.0.1', port: Number(port) }, embedded: 'own' });
   let connections = 0;
   try {
-    await migrateAs(database.migrationUrl);
-    const orm = await database.open({ driverOptions: { onPoolCreated: (pool: Pool) => void pool.on('connect', () => (connections += 1)) } });
+    await migrateAs(database);
+    const orm = await openDatabase(database, { driverOptions: { onPoolCreated: (pool: Pool) => void pool.on('connect', () => (connections += 1)) } });
     const app = await start({ config: loadConfig({ PORT: '0', HOST: '127.0.0.1', INTERNAL_SERVICE_TOKENS: process.env.INTERNAL_SERVICE_TOKENS }), orm, logger, cachePrincipals: !database.embedded });
     try {
       const em = orm.em.fork();

@@ -1,5 +1,5 @@
 import { CompiledQuery, sql, type Kysely } from 'kysely';
-import { CompiledStatement, openDatabase, prepareStatement, type MikroORM } from '../../src/db';
+import { CompiledStatement, openDatabase, prepareStatement, type MikroORM, databaseAt } from '../../src/db';
 import { createTestDatabase } from '../support/databases';
 
 /**
@@ -18,7 +18,7 @@ let drop: () => Promise<void>;
 beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
-  orm = await openDatabase(database.url, { pool: { min: 0, max: 1 } });
+  orm = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 1 } });
 });
 afterAll(async () => {
   await orm?.close();

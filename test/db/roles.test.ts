@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { ConfigError, loadConfig } from '../../src/config';
-import { OWNER_ROLE, SERVICE_ROLE, ensureRole, openDatabase, serviceRoleProblems } from '../../src/db';
+import { OWNER_ROLE, SERVICE_ROLE, ensureRole, openDatabase, serviceRoleProblems, databaseAt } from '../../src/db';
 import { ADMIN_URL, createTestDatabase, type TestDatabase } from '../support/databases';
 
 /**
@@ -99,7 +99,7 @@ describe('the service role', () => {
       return rows;
     });
     expect(role).toEqual({ name: SERVICE_ROLE, superuser: false, owns: 0, creates: false });
-    const orm = await openDatabase(db.url, { pool: { min: 0, max: 1 } });
+    const orm = await openDatabase(databaseAt(db.url), { pool: { min: 0, max: 1 } });
     try {
       expect(await serviceRoleProblems(orm.em.fork())).toEqual([]);
     } finally {
@@ -125,7 +125,7 @@ describe('the start check', () => {
     ['the owner', () => db.ownerUrl, [/owns tables/, /may update, delete or truncate audit_events/]],
     ['a superuser', () => db.adminUrl, [/is a superuser/, /owns tables/, /may update, delete or truncate audit_events/]],
   ])('finds %s unfit to run the service', async (_label, url, problems) => {
-    const orm = await openDatabase(url(), { pool: { min: 0, max: 1 } });
+    const orm = await openDatabase(databaseAt(url()), { pool: { min: 0, max: 1 } });
     try {
       const found = await serviceRoleProblems(orm.em.fork());
       expect(found).toHaveLength(problems.length);

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { migrate, openDatabase, type MikroORM } from '../../src/db';
+import { migrate, openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { databaseUrl, withAdmin } from '../support/databases';
 
 /**
@@ -39,7 +39,7 @@ beforeAll(async () => {
   // Fresh and empty rather than the suites' template: this is what `npm run migrate` builds.
   name = `publishing_schema_${randomBytes(6).toString('hex')}`;
   await withAdmin(async (client) => void (await client.query(`create database ${name}`)));
-  orm = await openDatabase(databaseUrl(name), { pool: { min: 0, max: 2 } });
+  orm = await openDatabase(databaseAt(databaseUrl(name)), { pool: { min: 0, max: 2 } });
   await migrate(orm);
 });
 afterAll(async () => {

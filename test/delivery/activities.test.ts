@@ -1,7 +1,7 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
-import { openDatabase, WebhookEndpointSchema, type MikroORM } from '../../src/db';
+import { openDatabase, WebhookEndpointSchema, type MikroORM, databaseAt } from '../../src/db';
 import { createOrganization } from '../../src/auth';
 import { createActivities, DeliveryRecords, workflowIdFor, type DeliveryRef } from '../../src/delivery';
 import { createOutboundClient } from '../../src/outbound';
@@ -18,6 +18,7 @@ let drop: () => Promise<void>;
 let receiver: HttpsReceiver;
 let organizationId: string;
 let next: ReceiverAction = { status: 200 };
+let tls: Awaited<ReturnType<typeof makeTestTls>>;
 const secrets = new SecretBox(new Map([['k', Buffer.alloc(32, 7)]]), 'k');
 const NOW = Date.parse('2026-11-21T12:00:00Z');
 const records = new DeliveryRecords({ now: () => NOW });
@@ -25,8 +26,8 @@ const records = new DeliveryRecords({ now: () => NOW });
 beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
-  orm = await openDatabase(database.url, { pool: { min: 0, max: 4 } });
-  const tls = await makeTestTls();
+  orm = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 4 } });
+  tls = await makeTestTls();
   receiver = await startHttpsReceiver({ tls, respond: () => next });
   organizationId = (await createOrganization(orm.em.fork(), { name: 'Activities', plan: 'scale' })).id;
   activities = createActivities({
@@ -138,6 +139,34 @@ describe('attemptDelivery', () => {
       await records.writeKillSwitch(orm.em.fork(), organizationId, false, '');
     }
     await expect(env.run(activities.attemptDelivery, ref)).resolves.toEqual({ kind: 'delivered', attempt: 1, status: 200 });
+  });
+
+  it('dead-letters a delivery whose outcome a failure of ours kept from being recorded after the send, saying it was sent', async () => {
+    next = { status: 200 };
+    const { ref } = await delivery();
+    const before = receiver.requests.length;
+    // A failure of ours no retry fixes, once the request is out (what a named prepared
+    // statement taken on a shared session did: 42P05).
+    class OutcomeRefused extends DeliveryRecords {
+      override async recordOutcomes(): Promise<never> {
+        throw Object.assign(new Error('prepared statement "prepared_3" already exists'), { code: '42P05' });
+      }
+    }
+    const failing = createActivities({
+      orm,
+      records: new OutcomeRefused({ now: () => NOW }),
+      secrets,
+      outbound: createOutboundClient({ allowCidrs: ['127.0.0.0/8'], extraCa: tls.caPem, timeoutMs: 2000, maxResponseBytes: 1024 }),
+      logger: createLogger('silent'),
+      now: () => NOW,
+    });
+    const failure = await failureOf(env.run(failing.attemptDelivery, ref));
+    expect({ type: failure.type, nonRetryable: failure.nonRetryable }).toEqual({ type: 'DeliveryAbandoned', nonRetryable: true });
+    expect(receiver.requests.length).toBe(before + 1);
+    const row = await rowOf(ref);
+    expect(row).toMatchObject({ status: 'dead_lettered', attempt_count: 1 });
+    expect(row.last_error).toMatch(/^Sent, then failed on our side before its outcome was recorded \(prepared statement "prepared_3" already exists\); the receiver may have it/);
+    expect(row.last_error).not.toMatch(/not sent|no attempt/i);
   });
 
   it(`refuses a ninth attempt once all ${MAX_ATTEMPTS} are used`, async () => {

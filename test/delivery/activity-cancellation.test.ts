@@ -1,6 +1,6 @@
 import { CancelledFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { openDatabase, type MikroORM } from '../../src/db';
+import { openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { createLogger } from '../../src/config/logger';
 import { DeliveryRecords, createActivities, type DeliveryActivities } from '../../src/delivery';
 import { createOutboundClient } from '../../src/outbound';
@@ -31,9 +31,9 @@ let connectionClosed: Promise<void>;
 beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
-  direct = await openDatabase(database.url, { pool: { min: 0, max: 2 } });
+  direct = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 2 } });
   proxy = await startPgProxy(database.url);
-  proxied = await openDatabase(proxy.url, { pool: { min: 0, max: 4 } });
+  proxied = await openDatabase(databaseAt(proxy.url), { pool: { min: 0, max: 4 } });
   const tls = await makeTestTls();
   receiver = await startHttpsReceiver({
     tls,

@@ -1,4 +1,4 @@
-import { openDatabase, type MikroORM } from '../../src/db';
+import { openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { createLogger } from '../../src/config/logger';
 import {
   DeliveryAttempts,
@@ -48,9 +48,9 @@ const OUTAGE = { refusals: 3 };
 beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
-  direct = await openDatabase(database.url, { pool: { min: 0, max: 2 } });
+  direct = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 2 } });
   proxy = await startPgProxy(database.url);
-  proxied = await openDatabase(proxy.url, { pool: { min: 0, max: 20 } });
+  proxied = await openDatabase(databaseAt(proxy.url), { pool: { min: 0, max: 20 } });
   tls = await makeTestTls();
 });
 afterAll(async () => {

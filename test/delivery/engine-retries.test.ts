@@ -5,7 +5,7 @@ import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../
 import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
 import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/config/logger';
-import { openDatabase } from '../../src/db';
+import { openDatabase, databaseAt } from '../../src/db';
 import { start, type App } from '../../src/server';
 import { signedWith, storedAttempts, storedDelivery, untilStored, type StoredDelivery } from '../support/deliveries';
 
@@ -199,7 +199,7 @@ it('a restart mid-retry resumes the delivery without a duplicate attempt', async
     const id = await sendTest(first, tenant, endpoint.id);
     await untilStored(first.orm, id, (x) => x.status === 'retrying' && x.attempt_count === 1);
     await first.app.close();
-    const orm = await openDatabase(first.databaseUrl, { pool: { min: 0, max: 10 } });
+    const orm = await openDatabase(databaseAt(first.databaseUrl), { pool: { min: 0, max: 10 } });
     const app = await start({ config: loadConfig(env), orm, logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent') });
     second = { app, orm };
     const final = await settled(second, id, (x) => x.status === 'delivered', 15_000);

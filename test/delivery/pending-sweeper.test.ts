@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { openDatabase, WebhookEndpointSchema, type MikroORM } from '../../src/db';
+import { openDatabase, WebhookEndpointSchema, type MikroORM, databaseAt } from '../../src/db';
 import { createOrganization } from '../../src/auth';
 import { DeliveryRecords, PendingDeliverySweeper, workflowIdFor, type DeliveryEngine, type DeliveryMeta, type DeliveryRef } from '../../src/delivery';
 import { createLogger } from '../../src/config/logger';
@@ -23,7 +23,7 @@ const NOW = Date.parse('2026-11-21T12:00:00Z');
 beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
-  orm = await openDatabase(database.url, { pool: { min: 0, max: 2 } });
+  orm = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 2 } });
 });
 afterAll(async () => {
   await orm.close();

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
-import { openDatabase, type MikroORM } from '../../src/db';
+import { openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { DeliveryRecords, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type ClaimOptions, type DeliveryRef } from '../../src/delivery';
 import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import { createTestDatabase } from '../support/databases';
@@ -29,7 +29,7 @@ beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
   databaseUrl = database.url;
-  orm = await openDatabase(database.url, { pool: { min: 0, max: 6 } });
+  orm = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 6 } });
 });
 afterAll(async () => {
   await orm.close();

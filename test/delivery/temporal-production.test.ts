@@ -5,7 +5,7 @@ import { Connection } from '@temporalio/client';
 import { Client as PgClient } from 'pg';
 import { startTemporalProductionServer, type ProductionServer } from '../../scripts/temporal-production';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../../src/auth';
-import { OWNER_ROLE, SERVICE_ROLE, ensureServiceRoles, migrateAs, openDatabase } from '../../src/db';
+import { OWNER_ROLE, SERVICE_ROLE, databaseAt, ensureServiceRoles, migrateAs, openDatabase } from '../../src/db';
 import { INTERRUPTED_ATTEMPT } from '../../src/delivery';
 import { MAX_ATTEMPTS } from '../../workflows/policy';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../support/https-receiver';
@@ -73,7 +73,7 @@ beforeAll(async () => {
   } finally {
     await admin.end();
   }
-  const [receiverTls] = await Promise.all([makeTestTls(), migrateAs(cluster.url('publishing', OWNER_ROLE))]);
+  const [receiverTls] = await Promise.all([makeTestTls(), migrateAs(databaseAt(cluster.url('publishing', OWNER_ROLE)))]);
   databaseUrl = cluster.url('publishing');
   temporal = await startTemporalProductionServer({ postgres: { host: '127.0.0.1', port: cluster.port, user: 'postgres' }, clients: ['worker'] });
   receiver = await startHttpsReceiver({
@@ -135,7 +135,7 @@ async function api(base: string, key: string, method: string, route: string, bod
 }
 
 async function newTenant(): Promise<{ organizationId: string; key: string }> {
-  const orm = await openDatabase(databaseUrl, { pool: { min: 0, max: 2 } });
+  const orm = await openDatabase(databaseAt(databaseUrl), { pool: { min: 0, max: 2 } });
   try {
     const em = orm.em.fork();
     const org = await createOrganization(em, { name: 'Topology', plan: 'scale' });

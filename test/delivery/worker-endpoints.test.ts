@@ -1,6 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
-import { openDatabase, type MikroORM } from '../../src/db';
+import { openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { createLogger } from '../../src/config';
 import { DeliveryMetrics, DeliveryRecords } from '../../src/delivery';
 import { serveWorkerEndpoints } from '../../src/delivery/worker-endpoints';
@@ -23,7 +23,7 @@ beforeAll(async () => {
   const database = await createTestDatabase();
   drop = database.drop;
   proxy = await startPgProxy(database.url);
-  orm = await openDatabase(proxy.url, { pool: { min: 0, max: 2 } });
+  orm = await openDatabase(databaseAt(proxy.url), { pool: { min: 0, max: 2 } });
   const registry = new Registry();
   const metrics = new DeliveryMetrics(registry, { orm, records: new DeliveryRecords() });
   metrics.observe('attempt_failed');

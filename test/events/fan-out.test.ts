@@ -5,7 +5,7 @@ import { EventService } from '../../src/gen/publishing/internal/v1/event_service
 import { verifyWebhook } from '../../src/signatures';
 import { SecretBox } from '../../src/secrets';
 import { createOrganization } from '../../src/auth';
-import { openDatabase, type EntityManager, type MikroORM } from '../../src/db';
+import { openDatabase, type EntityManager, type MikroORM, databaseAt } from '../../src/db';
 import { createLogger } from '../../src/config/logger';
 import { EventPublisher, type PublishedEvent } from '../../src/events';
 import {
@@ -170,7 +170,7 @@ describe(`one publish to ${SUBSCRIBERS} subscribed endpoints`, () => {
 
   beforeAll(async () => {
     database = await createTestDatabase();
-    orm = await openDatabase(database.url, { driverOptions: { onPoolCreated: watch } });
+    orm = await openDatabase(databaseAt(database.url), { driverOptions: { onPoolCreated: watch } });
     const em = orm.em.fork();
     organizationId = (await createOrganization(em, { name: 'Fan-out', plan: 'command' })).id;
     await subscribe(em, organizationId, 1, ['post.released']);

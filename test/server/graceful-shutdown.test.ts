@@ -10,7 +10,7 @@ import path from 'node:path';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { ConfigError, loadConfig } from '../../src/config';
-import { openDatabase } from '../../src/db';
+import { openDatabase, databaseAt } from '../../src/db';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../../src/auth';
 import { createTestDatabase } from '../support/databases';
 import { TEST_ENV } from '../support/app';
@@ -56,7 +56,7 @@ afterAll(async () => {
 it('on SIGTERM answers /readyz 503 at once, keeps accepting through the drain, and resets no call sent before it stopped accepting', async () => {
   const database = await createTestDatabase();
   drop = database.drop;
-  const orm = await openDatabase(database.url, { pool: { min: 0, max: 1 } });
+  const orm = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 1 } });
   let apiKey: string;
   try {
     const em = orm.em.fork();

@@ -5,7 +5,7 @@ import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from '../.
 import { ConnectionService } from '../../src/gen/publishing/v1/connection_service_pb';
 import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/config/logger';
-import { openDatabase, migrate, type MikroORM } from '../../src/db';
+import { openDatabase, migrate, type MikroORM, databaseAt } from '../../src/db';
 import { start, type App } from '../../src/server';
 import { startTestApp, TEST_ENV, type TestApp } from '../support/app';
 import { rest } from '../support/clients';
@@ -45,7 +45,7 @@ describe('migrations', () => {
   }
 
   it('apply on an empty database, record themselves, and apply nothing the second time', async () => {
-    orm = await openDatabase(databaseUrl(name), { pool: { min: 0, max: 2 } });
+    orm = await openDatabase(databaseAt(databaseUrl(name)), { pool: { min: 0, max: 2 } });
     expect(await tablesOf(orm)).toEqual([]);
 
     const applied = await migrate(orm);
@@ -62,7 +62,7 @@ describe('migrations', () => {
   });
 
   it('leave a schema that refuses changes to the audit trail', async () => {
-    orm ??= await openDatabase(databaseUrl(name), { pool: { min: 0, max: 2 } });
+    orm ??= await openDatabase(databaseAt(databaseUrl(name)), { pool: { min: 0, max: 2 } });
     const db = orm;
     await migrate(db);
     const em = db.em.fork();
@@ -102,7 +102,7 @@ describe('health when the database is gone', () => {
   let database: Awaited<ReturnType<typeof createTestDatabase>>;
   beforeAll(async () => {
     database = await createTestDatabase();
-    orm = await openDatabase(database.url, { pool: { min: 0, max: 2 } });
+    orm = await openDatabase(databaseAt(database.url), { pool: { min: 0, max: 2 } });
     app = await start({ config: loadConfig({ ...TEST_ENV, DATABASE_URL: database.url }), orm, logger: createLogger('silent') });
   });
   afterAll(async () => {

@@ -10,7 +10,7 @@ import {
 } from '@bufbuild/protobuf/wkt';
 import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/config/logger';
-import { openDatabase } from '../../src/db';
+import { openDatabase, databaseAt } from '../../src/db';
 import { build, PUBLIC_SERVICES } from '../../src/server';
 import { jsonWriterOf } from '../../src/server/rest/json-writer';
 import { ListWebhooksResponseSchema, WebhookDeliverySchema, WebhookEndpointSchema } from '../../src/gen/publishing/v1/webhook_service_pb';
@@ -210,7 +210,7 @@ const JSON_WRITE_OPTIONS: Record<keyof JsonWriteOptions, true> = { alwaysEmitImp
 describe('the router whose REST answers the writer writes', () => {
   it('sets no JSON write option, which connect-es would honour on Connect and the writer would not on REST', async () => {
     const database = await createTestDatabase();
-    const orm = await openDatabase(database.url);
+    const orm = await openDatabase(databaseAt(database.url));
     try {
       const app = await build({ config: loadConfig({ ...TEST_ENV, DATABASE_URL: database.url }), orm, logger: createLogger('silent') });
       try {

@@ -1,7 +1,7 @@
 import { loadConfig, type Config } from '../../src/config';
 import { createLogger, type Logger } from '../../src/config/logger';
 import type { Options } from '@mikro-orm/postgresql';
-import { openDatabase, type MikroORM } from '../../src/db';
+import { openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { createClient, createRouterTransport, type Client, type Transport } from '@connectrpc/connect';
 import type { DescService } from '@bufbuild/protobuf';
 import { build, start, type App } from '../../src/server';
@@ -78,7 +78,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     ? { url: options.databaseUrl, ownerUrl: null, adminUrl: null, drop: async () => undefined }
     : await createTestDatabase();
   const config = loadConfig({ ...TEST_ENV, DATABASE_URL: database.url, ...env });
-  const orm = await openDatabase(database.url, options.orm);
+  const orm = await openDatabase(databaseAt(database.url), options.orm);
   const buildOptions = { config, orm, logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), now: options.now };
   let app: App;
   let send: AppFetch;

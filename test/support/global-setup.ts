@@ -1,4 +1,4 @@
-import { migrateAs } from '../../src/db/orm';
+import { databaseAt, migrateAs } from '../../src/db/orm';
 import { OWNER_ROLE, ensureServiceRoles } from '../../src/db/roles';
 import { TEMPLATE_ENV, databaseUrl, withAdmin } from './databases';
 import { bundleProductionWorkflows, startTestTemporal } from './temporal';
@@ -16,7 +16,7 @@ export default async function globalSetup(): Promise<void> {
     await client.query(`drop database if exists ${name} with (force)`);
     await client.query(`create database ${name} owner ${OWNER_ROLE}`);
   });
-  await migrateAs(databaseUrl(name, OWNER_ROLE));
+  await migrateAs(databaseAt(databaseUrl(name, OWNER_ROLE)));
   process.env[TEMPLATE_ENV] = name;
   await Promise.all([startTestTemporal(), bundleProductionWorkflows()]);
 }

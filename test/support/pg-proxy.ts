@@ -3,7 +3,7 @@
  * code behind the proxy only, never for the machine's server or other suites.
  *
  *   const proxy = await startPgProxy(database.url);
- *   const orm = await openDatabase(proxy.url);          // the code under test goes through it
+ *   const orm = await openDatabase(databaseAt(proxy.url)); // the code under test goes through it
  *   const back = proxy.outage({ refusals: 3 });         // cut now; restored after 3 refused connections
  *   ...
  *   await back;
