@@ -3,13 +3,13 @@ import { readFileSync } from 'node:fs';
 import tls from 'node:tls';
 import { Connection } from '@temporalio/client';
 import { Client as PgClient } from 'pg';
+import { OwnCluster } from '../../scripts/faults/cluster';
 import { startTemporalProductionServer, type ProductionServer } from '../../scripts/temporal-production';
 import { createOrganization, createUser, issueApiKey, PERMISSIONS } from '../../src/auth';
 import { OWNER_ROLE, SERVICE_ROLE, databaseAt, ensureServiceRoles, migrateAs, openDatabase } from '../../src/db';
 import { INTERRUPTED_ATTEMPT } from '../../src/delivery';
 import { MAX_ATTEMPTS } from '../../workflows/policy';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../support/https-receiver';
-import { PgCluster } from '../support/pg-cluster';
 import { processTreeCpuSeconds, startServiceProcess, stopServiceProcesses, type ServiceProcess } from '../support/service-process';
 import { makeTestTls } from '../support/tls';
 
@@ -18,7 +18,7 @@ import { makeTestTls } from '../support/tls';
  * with its frontend behind mutual TLS (scripts/temporal-production.ts), two API instances and
  * two delivery workers as processes of their own connecting with client certificates, and one
  * PostgreSQL cluster holding Temporal's persistence and ours. The cluster is this suite's own
- * (test/support/pg-cluster.ts), so it can be restarted without touching anything else.
+ * (the fault run's `OwnCluster`, scripts/faults/cluster.ts), so it can be restarted without touching anything else.
  *
  * For every delivery: none lost (each ends delivered or dead-lettered), arrivals at the
  * receiver equal the attempts recorded as sent, and a delivered event has exactly one
@@ -29,7 +29,9 @@ const PUBLISHER_TOKEN = 'topology-publisher-token-0123456789abcdef';
 const RETRY_INTERVAL_MS = 1_000;
 const TERMINAL = ['delivered', 'dead_lettered', 'failed'];
 
-let cluster: PgCluster | null = null;
+let cluster: OwnCluster | null = null;
+/** A database of the suite's cluster, as `role`. */
+const urlOf = (database: string, role = 'postgres') => `postgres://${role}@127.0.0.1:${cluster!.port}/${database}`;
 let temporal: ProductionServer | null = null;
 let receiver: HttpsReceiver | null = null;
 let databaseUrl = '';
@@ -64,8 +66,8 @@ const suiteStarted = { at: Date.now(), childrenCpu: endedChildrenCpuSeconds(), o
 
 beforeAll(async () => {
   const started = Date.now();
-  cluster = await PgCluster.create();
-  const admin = new PgClient({ connectionString: cluster.url() });
+  cluster = await OwnCluster.create();
+  const admin = new PgClient({ connectionString: cluster.adminUrl });
   await admin.connect();
   try {
     await ensureServiceRoles(admin, { login: true });
@@ -73,8 +75,8 @@ beforeAll(async () => {
   } finally {
     await admin.end();
   }
-  const [receiverTls] = await Promise.all([makeTestTls(), migrateAs(databaseAt(cluster.url('publishing', OWNER_ROLE)))]);
-  databaseUrl = cluster.url('publishing');
+  const [receiverTls] = await Promise.all([makeTestTls(), migrateAs(databaseAt(urlOf('publishing', OWNER_ROLE)))]);
+  databaseUrl = urlOf('publishing');
   temporal = await startTemporalProductionServer({ postgres: { host: '127.0.0.1', port: cluster.port, user: 'postgres' }, clients: ['worker'] });
   receiver = await startHttpsReceiver({
     tls: receiverTls,
@@ -86,8 +88,8 @@ beforeAll(async () => {
     },
   });
   env = {
-    DATABASE_URL: cluster.url('publishing', SERVICE_ROLE),
-    DATABASE_MIGRATION_URL: cluster.url('publishing', OWNER_ROLE),
+    DATABASE_URL: urlOf('publishing', SERVICE_ROLE),
+    DATABASE_MIGRATION_URL: urlOf('publishing', OWNER_ROLE),
     DELIVERY_ALLOW_CIDRS: '127.0.0.0/8',
     DELIVERY_EXTRA_CA_PEM: receiverTls.caPem,
     DELIVERY_TEST_RETRY_INTERVAL_MS: String(RETRY_INTERVAL_MS),
@@ -117,7 +119,7 @@ afterAll(async () => {
   await stopServiceProcesses();
   await receiver?.close();
   await temporal?.destroy();
-  await cluster?.destroy();
+  cluster?.destroy();
   const own = process.cpuUsage(suiteStarted.ownCpu);
   process.stderr.write(
     `temporal-production: ${Math.round((Date.now() - suiteStarted.at) / 1000)} s; CPU ${Math.round(endedChildrenCpuSeconds() - suiteStarted.childrenCpu)} s in the API, worker and Temporal server processes, ` +
@@ -242,11 +244,12 @@ it('refuses a client without a certificate the run\'s CA signed, and serves one 
   }
   // The TLS handshake itself: the server ends it with the "certificate required" alert.
   const [host, port] = temporal!.address.split(':');
+  let socket: tls.TLSSocket | undefined;
   const refusal = await new Promise<string>((resolve) => {
-    const socket = tls.connect({ host, port: Number(port), ca: temporal!.tls.caPem, servername: 'localhost', ALPNProtocols: ['h2'] }, () => socket.write('PRI * HTTP/2.0\r\n\r\n'));
+    socket = tls.connect({ host, port: Number(port), ca: temporal!.tls.caPem, servername: 'localhost', ALPNProtocols: ['h2'] }, () => socket!.write('PRI * HTTP/2.0\r\n\r\n'));
     socket.once('error', (error) => resolve(String(error)));
     socket.once('close', () => resolve('closed without an error'));
-  });
+  }).finally(() => socket?.destroy());
   expect(refusal).toMatch(/certificate required/i);
   // And the SDK's client, given the CA but no certificate of its own, never gets an answer.
   const { tls: serverTls } = temporal!.connectionOptions('service');
@@ -275,7 +278,7 @@ it('delivers a 1,000-endpoint fan-out once to each endpoint, and dead-letters an
   expect(res.status).toBe(200);
   const ids = ((await res.json()) as { event: { deliveries: { deliveryId: string }[] } }).event.deliveries.map((d) => d.deliveryId);
   expect(ids).toHaveLength(endpointIds.length);
-  const settled = await untilSettled(ids, 300_000);
+  const settled = await untilSettled(ids, 450_000);
   process.stderr.write(`temporal-production: 1,001 deliveries settled ${Math.round((Date.now() - started) / 1000)} s after the publish\n`);
   expect(await brokenPromises(ids, settled)).toEqual([]);
   const byStatus = new Map<string, number>();
@@ -286,7 +289,7 @@ it('delivers a 1,000-endpoint fan-out once to each endpoint, and dead-letters an
   expect(receiver!.requests.filter((r) => r.path === '/dead0')).toHaveLength(MAX_ATTEMPTS);
   const [letter] = await sql<{ n: number }>('select count(*)::int as n from dead_letters where delivery_id = $1', [dead.id]);
   expect(letter!.n).toBe(1);
-}, 400_000);
+}, 540_000);
 
 it('finishes every delivery when a worker is SIGKILLed with attempts in flight', async () => {
   const { key } = await newTenant();
@@ -355,7 +358,7 @@ it('finishes every delivery when PostgreSQL, Temporal\'s and ours, restarts with
   const arrived = () => receiver!.requests.filter((r) => r.path.startsWith('/pg')).length;
   for (const deadline = Date.now() + 30_000; arrived() < 10 && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 50));
   expect(arrived()).toBe(10);
-  await cluster!.stop();
+  cluster!.stop();
   await cluster!.start();
   const settled = await untilSettled(ids, 120_000);
   expect([...settled.values()].map((row) => row.status)).toEqual(ids.map(() => 'delivered'));

@@ -1,4 +1,3 @@
-import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
@@ -8,6 +7,7 @@ import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 import { untilStored } from '../support/deliveries';
 import { testTemporalUiUrl } from '../support/temporal';
+import { CHROMIUM_ARGS, CHROMIUM_PATH } from '../../scripts/chromium';
 
 /**
  * The operator's view: the Temporal UI of the run's development server, in Debian's Chromium
@@ -15,9 +15,6 @@ import { testTemporalUiUrl } from '../support/temporal';
  * attribute and shows its id, status and attempts. The screenshot is kept under
  * test-artifacts/ (README "Operating deliveries" shows one).
  */
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-// As root, in a closed network: no sandbox, and nothing that reaches out on its own.
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const ARTIFACTS = path.join(__dirname, '..', '..', 'test-artifacts');
 
 let t: EngineApp;
@@ -25,11 +22,10 @@ let receiver: HttpsReceiver;
 let browser: Browser;
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install Debian's chromium (apt-get install chromium; .ci/run does)`);
   const tls = await makeTestTls();
   receiver = await startHttpsReceiver({ tls, respond: (i) => (i < 1 ? { status: 502 } : { status: 200 }) });
   t = await startEngineApp('temporal', { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_TEST_RETRY_INTERVAL_MS: '1000' });
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+  browser = await chromium.launch({ executablePath: CHROMIUM_PATH, args: CHROMIUM_ARGS, headless: true });
 }, 60_000);
 afterAll(async () => {
   await browser?.close();
