@@ -24,7 +24,7 @@ import { msToTs } from '@temporalio/common/lib/time';
 import { Client as PgClient } from 'pg';
 import { temporalConnectionOptions, type TemporalConnectionOptions } from '../src/delivery';
 import { makeMutualTls, type MutualTls } from '../test/support/tls';
-import { DELIVERY_SEARCH_ATTRIBUTE_NAMES, freePort, installGoPackages, spawnWatched, stopChild, untilHealthy } from './temporal-server';
+import { DELIVERY_SEARCH_ATTRIBUTE_NAMES, deliverySearchAttributeType, freePort, installGoPackages, spawnWatched, stopChild, untilHealthy } from './temporal-server';
 
 export const TEMPORAL_SERVER_MODULE = 'go.temporal.io/server';
 export const TEMPORAL_SERVER_VERSION = 'v1.29.1';
@@ -33,7 +33,7 @@ export const SHARDS = 4;
 /** The system namespace the server creates itself: it answers before any namespace of ours exists. */
 const SYSTEM_NAMESPACE = 'temporal-system';
 /** Temporal's IndexedValueType by the name `temporal operator search-attribute create --type` gives it. */
-const INDEXED_VALUE_TYPE = { Keyword: 2 } as const;
+const INDEXED_VALUE_TYPE = { Keyword: 2, Int: 3 } as const;
 
 const root = path.resolve(__dirname, '..');
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -347,7 +347,7 @@ async function registerNamespace(options: TemporalConnectionOptions, namespace: 
     const deadline = Date.now() + 30_000;
     for (;;) {
       try {
-        await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: Object.fromEntries(DELIVERY_SEARCH_ATTRIBUTE_NAMES.map((name) => [name, INDEXED_VALUE_TYPE.Keyword])) });
+        await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: Object.fromEntries(DELIVERY_SEARCH_ATTRIBUTE_NAMES.map((name) => [name, INDEXED_VALUE_TYPE[deliverySearchAttributeType(name)]])) });
         break;
       } catch (error) {
         if (/already exists/i.test(String(error))) break;

@@ -25,7 +25,12 @@ export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
 
 /** The search attributes the delivery workflows carry (src/delivery/temporal-engine.ts), registered at start. */
-export const DELIVERY_SEARCH_ATTRIBUTE_NAMES = ['OrganizationId', 'EndpointId', 'EventId'] as const;
+export const DELIVERY_SEARCH_ATTRIBUTE_NAMES = ['OrganizationId', 'EndpointId', 'EventId', 'DeliveryOutcome', 'DeliveryAttempts'] as const;
+
+/** Their types, as `temporal operator search-attribute create --type` and `start-dev --search-attribute` name them: Keyword unless said. */
+export function deliverySearchAttributeType(name: (typeof DELIVERY_SEARCH_ATTRIBUTE_NAMES)[number]): 'Keyword' | 'Int' {
+  return name === 'DeliveryAttempts' ? 'Int' : 'Keyword';
+}
 
 const root = path.resolve(__dirname, '..');
 
@@ -115,6 +120,9 @@ export interface DevServer {
   kill(): Promise<void>;
 }
 
+/** Dynamic configuration every Temporal server the project runs is given (values as JSON). */
+export const TEMPORAL_DYNAMIC_CONFIG: readonly (readonly [string, string])[] = [['matching.enableFairness', 'true']];
+
 /**
  * Starts a development server and waits until its frontend answers health checks with the
  * namespace registered. The server runs under a small shell that also ends it when this
@@ -138,7 +146,10 @@ export async function startTemporalDevServer(options: DevServerOptions = {}): Pr
     'warn',
     ...(options.dbFile ? ['--db-filename', options.dbFile] : []),
     ...(uiPort === null ? ['--headless'] : ['--ui-port', String(uiPort)]),
-    ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=Keyword`]),
+    ...DELIVERY_SEARCH_ATTRIBUTE_NAMES.flatMap((name) => ['--search-attribute', `${name}=${deliverySearchAttributeType(name)}`]),
+    // Dispatch shares per fairness key (the attempt activity's key is its endpoint): one
+    // endpoint's backlog does not queue another's attempts behind it.
+    ...TEMPORAL_DYNAMIC_CONFIG.flatMap(([key, value]) => ['--dynamic-config-value', `${key}=${value}`]),
   ];
   const { child, exited } = spawnWatched('temporal-dev-server', binary, args, options.logFile);
   const address = `127.0.0.1:${port}`;

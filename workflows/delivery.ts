@@ -22,6 +22,7 @@ import {
   RELEASE_SIGNAL,
   RETRY_INTERVAL_MS,
 } from './policy';
+import { OutcomeReport } from './outcome';
 
 /**
  * The attempt activity's options: the contract's fixed 30 s between attempts, at most 8.
@@ -49,17 +50,32 @@ export const PATCHES = {
   releaseSignal: 'release-signal',
   /** Retries that ran out with attempts unsent (a worker died before sending) are topped up. */
   topUpUnsentAttempts: 'top-up-unsent-attempts',
+  /** An endpoint with all its turns in flight: wait briefly and ask again, instead of an interval as if held. */
+  endpointTurn: 'endpoint-turn',
+  /** DeliveryOutcome and DeliveryAttempts are updated as the workflow learns them (outcome.ts). */
+  outcomeInUi: 'outcome-search-attributes',
 } as const;
+
+/** A wait for an endpoint's turn, jittered (the workflow's seeded Math.random) so a burst's deliveries do not come back together. */
+function jittered(ms: number): number {
+  return Math.round(ms * (0.5 + Math.random()));
+}
 
 export const releaseSignal = defineSignal(RELEASE_SIGNAL);
 
 const { deadLetter } = proxyActivities<DeliveryActivities>(DEAD_LETTER_ACTIVITY_OPTIONS);
 
-/** The attempt activity with a retry budget of the attempts the delivery has left. */
-function attemptsLeft(remaining: number, intervalMs: number | undefined) {
+/**
+ * The attempt activity with a retry budget of the attempts the delivery has left. Its
+ * fairness key is the endpoint: with fairness on the task queue (matching.enableFairness),
+ * each endpoint's attempts get their share of dispatch, so one endpoint's backlog does not
+ * queue another's first attempt behind it.
+ */
+function attemptsLeft(ref: DeliveryRef, remaining: number, intervalMs: number | undefined) {
   const retry = { ...ATTEMPT_ACTIVITY_OPTIONS.retry, maximumAttempts: Math.max(1, remaining) };
   return proxyActivities<DeliveryActivities>({
     ...ATTEMPT_ACTIVITY_OPTIONS,
+    priority: { fairnessKey: ref.endpointId },
     retry: intervalMs === undefined ? retry : { ...retry, initialInterval: intervalMs, maximumInterval: intervalMs },
   }).attemptDelivery;
 }
@@ -94,22 +110,26 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
     released = true;
   });
   let sent = progress.sent;
+  const report = new OutcomeReport(PATCHES.outcomeInUi);
   for (;;) {
     // A release counts from the attempt on: one that arrives while a held attempt's result is
     // on its way must still wake the wait that follows.
     released = false;
     let outcome: AttemptOutcome;
+    report.sending(sent);
     try {
-      outcome = await attemptsLeft(MAX_ATTEMPTS - sent, progress.retryIntervalMs)(ref);
+      outcome = await attemptsLeft(ref, MAX_ATTEMPTS - sent, progress.retryIntervalMs)(ref);
     } catch (err) {
       if (isCancellation(err)) throw err;
       const failure = err instanceof ActivityFailure ? err.cause : undefined;
       if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.endpointGone) {
         // The activity already marked the row failed with this reason; a dead letter would be noise.
+        report.ended('failed', sent, failure.message);
         return { status: 'failed', reason: failure.message };
       }
       if (failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.abandoned) {
         // A failure of ours no retry can fix: the activity already dead-lettered the row with the reason.
+        report.ended('dead_lettered', sent, failure.message);
         return { status: 'dead_lettered', reason: failure.message };
       }
       const exhausted = failure instanceof ApplicationFailure && failure.type === FAILURE_TYPES.attemptsExhausted;
@@ -117,16 +137,31 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
         const reported = sentIn(failure);
         sent = reported ?? sent;
         if (reported === undefined || reported < MAX_ATTEMPTS) {
+          report.retrying(sent, Date.now() + interval);
           await sleep(interval);
           continue;
         }
       }
       await deadLetter(ref);
+      report.ended('dead_lettered', sentIn(failure) ?? MAX_ATTEMPTS);
       return { status: 'dead_lettered' };
     }
-    if (outcome.kind === 'delivered') return { status: 'delivered', attempts: outcome.attempt };
+    if (outcome.kind === 'delivered') {
+      report.ended('delivered', outcome.attempt);
+      return { status: 'delivered', attempts: outcome.attempt };
+    }
+    // The endpoint's turns were all in flight: nothing was sent or counted; ask again after the
+    // wait the activity set from the delivery's place in the endpoint's line. No activity slot
+    // is held meanwhile.
+    if (outcome.kind === 'turn' && patched(PATCHES.endpointTurn)) {
+      sent = outcome.sent;
+      await sleep(jittered(outcome.waitMs));
+      if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref, { ...progress, sent });
+      continue;
+    }
     // A kill switch held the delivery without using an attempt: wait one interval, or until released.
     sent = outcome.sent ?? sent;
+    report.held(sent, Date.now() + interval);
     if (patched(PATCHES.releaseSignal)) {
       await condition(() => released, interval);
     } else {

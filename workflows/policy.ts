@@ -20,6 +20,23 @@ export const MAX_ATTEMPTS = 8;
 export const DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000;
 /** The largest outbound deadline configuration may set. */
 export const ATTEMPT_TIMEOUT_LIMIT_MS = 30_000;
+/**
+ * Attempts one endpoint may have in flight at once, by default (DELIVERY_ENDPOINT_CONCURRENCY).
+ * Its other due deliveries wait their turn without using an attempt, so a slow endpoint
+ * holds at most this many of an engine's slots. At most the outbound connections kept per
+ * receiver (DELIVERY_CONNECTIONS_PER_ENDPOINT, 16), so an attempt never queues for one of ours.
+ */
+export const DEFAULT_ENDPOINT_CONCURRENCY = 4;
+/**
+ * A delivery waiting for its endpoint's turn on Temporal asks again after about
+ * TURN_WAIT_MIN_MS for each round of turns ahead of it (the endpoint's open deliveries
+ * recorded before it, divided by its turns), at most TURN_WAIT_MAX_MS: a large backlog asks
+ * a few times a second per endpoint, not hundreds, and the first in line ask soonest.
+ */
+export const TURN_WAIT_MIN_MS = 1_000;
+export const TURN_WAIT_MAX_MS = 30_000;
+/** The place in line is counted up to this many ahead: beyond it the wait is the longest anyway. */
+export const TURN_PLACE_LIMIT = 256;
 /** How long an attempt keeps retrying its bookkeeping while PostgreSQL is unreachable. */
 export const BOOKKEEPING_PATIENCE_MS = 5 * 60_000;
 /** Upper bound of one attempt activity: its request plus its bookkeeping. */
@@ -28,6 +45,13 @@ export const ACTIVITY_START_TO_CLOSE_MS = ATTEMPT_TIMEOUT_LIMIT_MS + BOOKKEEPING
 export const HEARTBEAT_INTERVAL_MS = 3_000;
 /** Silence after which an attempt's worker counts as dead: Temporal's heartbeat timeout, the embedded lease. */
 export const HEARTBEAT_TIMEOUT_MS = 5 * HEARTBEAT_INTERVAL_MS;
+
+/**
+ * An attempt still unfinished this long after it began is no longer counted in flight: its
+ * executor died (its deadline and a heartbeat timeout have passed), and the takeover that
+ * closes its row must not wait for a turn the dead attempt holds.
+ */
+export const IN_FLIGHT_BOUND_MS = ATTEMPT_TIMEOUT_LIMIT_MS + HEARTBEAT_TIMEOUT_MS;
 
 /**
  * The retry policy of the attempt activity. maximumInterval equals initialInterval so the
@@ -56,3 +80,14 @@ export const FAILURE_TYPES = {
 
 /** Signal the API sends a held delivery's workflow when its kill switch goes off. */
 export const RELEASE_SIGNAL = 'releaseHeldDelivery';
+
+/**
+ * Search attributes the delivery workflow keeps current, so an operator can list deliveries
+ * by how they ended in the Temporal UI (`DeliveryOutcome = "dead_lettered"`): the outcome
+ * (a Keyword) and the attempts sent (an Int). The API sets them at start, only when
+ * TEMPORAL_SEARCH_ATTRIBUTES=true; the workflow updates them only when they were set.
+ */
+export const OUTCOME_ATTRIBUTES = { outcome: 'DeliveryOutcome', attempts: 'DeliveryAttempts' } as const;
+
+/** The values of DeliveryOutcome: `sending` from the start until the workflow learns more. */
+export type DeliveryOutcome = 'sending' | 'held' | 'retrying' | 'delivered' | 'dead_lettered' | 'failed';

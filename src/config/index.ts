@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 
 export { createLogger, type Logger } from './logger';
 export type { TemporalConfig, TemporalTlsConfig } from './temporal';
-import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, RETRY_INTERVAL_MS } from '../../workflows/policy';
+export type { WorkerConfig } from './worker';
+import { workerConfig, type WorkerConfig } from './worker';
+import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import { loadTemporalConfig, type TemporalConfig } from './temporal';
 
 /**
@@ -47,6 +49,7 @@ export interface Config {
   temporal: TemporalConfig | null;
   /** `npm run worker`: the port of its /metrics, /healthz and /readyz. */
   workerMetricsPort: number;
+  worker: WorkerConfig;
 }
 
 export interface InternalServiceToken {
@@ -58,6 +61,9 @@ export interface InternalServiceToken {
 export type ProviderConfig =
   | { kind: 'sandbox' }
   | { kind: 'composio'; baseUrl: string; apiKey: string; authConfigIds: Record<string, string> };
+
+/** How often the API looks for failing endpoints to pause, and paused ones whose test delivery went through. */
+const AUTO_PAUSE_INTERVAL_MS = 60_000;
 
 export interface DeliveryConfig {
   /** CIDRs exempt from the SSRF filter; empty in production. */
@@ -71,6 +77,14 @@ export interface DeliveryConfig {
   concurrency: number;
   /** Outbound connections kept open to one receiver (host and port). */
   connectionsPerEndpoint: number;
+  /** Attempts one endpoint may have in flight at once, on either engine; at most connectionsPerEndpoint. */
+  endpointConcurrency: number;
+  /**
+   * The automatic pause of a failing endpoint: its last `deadLetters` deliveries all failed,
+   * the first `failingForMs` ago at least (at once after a 410 Gone); looked for every
+   * `intervalMs` (60 s; only NODE_ENV=test may shorten it). `deadLetters` 0: never.
+   */
+  autoPause: { deadLetters: number; failingForMs: number; intervalMs: number };
   /** An outbound connection is not reused past this age, so a receiver's DNS change is seen within it. */
   connectionMaxAgeMs: number;
   /** Embedded engine only: how often it looks for due deliveries. */
@@ -79,7 +93,7 @@ export interface DeliveryConfig {
   retryIntervalMs: number;
   /**
    * Temporal engine: how often the API looks for deliveries still pending (their workflow
-   * possibly never started), and how old such a row must be. 30 s and 60 s; only NODE_ENV=test
+   * possibly never started), and how old such a row must be. 5 s and 10 s; only NODE_ENV=test
    * may shorten them (DELIVERY_TEST_PENDING_SWEEP_MS).
    */
   pendingSweep: { intervalMs: number; olderThanMs: number };
@@ -99,8 +113,12 @@ const DEV_STATE_KEY = 'development-state-signing-key-not-for-production';
 const DEV_SECRET_KEY = 'development-secret-encryption-key-not-for-production';
 const DEV_SECRET_KEY_ID = 'dev';
 const DEV_OPERATOR_TOKEN = 'development-operator-token';
-/** Temporal engine: the pending sweep's period; a row is swept once pending for two periods. */
-const PENDING_SWEEP_INTERVAL_MS = 30_000;
+/**
+ * Temporal engine: the pending sweep's period; a row is swept once pending for two periods.
+ * Seconds, so that deliveries an API left unstarted (it died, Temporal was down) go out
+ * within seconds; a sweep's start that races the API's own is a no-op.
+ */
+const PENDING_SWEEP_INTERVAL_MS = 5_000;
 
 const DEV_INTERNAL_SERVICE_TOKENS = 'development:development-internal-service-token-not-for-production';
 
@@ -213,6 +231,9 @@ export function loadConfig(env: Env = process.env): Config {
 
   const temporal = loadTemporalConfig(env, problems);
 
+  // The activity's start-to-close and the lease are derived from this limit: a longer
+  // deadline would let an attempt outlive the time Temporal gives it.
+  const attemptTimeoutMs = int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS);
   const config: Config = {
     env: nodeEnv,
     port,
@@ -232,13 +253,18 @@ export function loadConfig(env: Env = process.env): Config {
     delivery: {
       allowCidrs,
       extraCaPem: env.DELIVERY_EXTRA_CA_PEM || null,
-      // The activity's start-to-close and the lease are derived from this limit: a longer
-      // deadline would let an attempt outlive the time Temporal gives it.
-      attemptTimeoutMs: int('DELIVERY_ATTEMPT_TIMEOUT_MS', DEFAULT_ATTEMPT_TIMEOUT_MS, 100, ATTEMPT_TIMEOUT_LIMIT_MS),
+      attemptTimeoutMs,
       maxResponseBytes: int('DELIVERY_MAX_RESPONSE_BYTES', 64 * 1024, 0, 10 * 1024 * 1024),
       pollIntervalMs: int('DELIVERY_POLL_INTERVAL_MS', 1000, 10, 60_000),
       concurrency: int('DELIVERY_CONCURRENCY', 64, 1, 256),
       connectionsPerEndpoint: int('DELIVERY_CONNECTIONS_PER_ENDPOINT', 16, 1, 256),
+      endpointConcurrency: int('DELIVERY_ENDPOINT_CONCURRENCY', DEFAULT_ENDPOINT_CONCURRENCY, 1, 256),
+      // Svix's five days of continuous failure, and Convoy's ten failures in a row: neither is hasty.
+      autoPause: {
+        deadLetters: int('DELIVERY_AUTO_PAUSE_DEAD_LETTERS', 10, 0, 1000),
+        failingForMs: int('DELIVERY_AUTO_PAUSE_FAILING_MS', 5 * 24 * 3600_000, 0, 90 * 24 * 3600_000),
+        intervalMs: AUTO_PAUSE_INTERVAL_MS,
+      },
       // Ten minutes at most: longer, a moved receiver (or a name rebound to a forbidden address) keeps getting requests at its old one.
       connectionMaxAgeMs: int('DELIVERY_CONNECTION_MAX_AGE_MS', 60_000, 1000, 600_000),
       retryIntervalMs: RETRY_INTERVAL_MS,
@@ -246,7 +272,18 @@ export function loadConfig(env: Env = process.env): Config {
     },
     temporal,
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
+    worker: workerConfig(env, int, problems, attemptTimeoutMs),
   };
+  // An attempt beyond the receiver's connections would wait for one of ours, holding its endpoint's turn unsent.
+  if (config.delivery.endpointConcurrency > config.delivery.connectionsPerEndpoint) {
+    problems.push(
+      `DELIVERY_ENDPOINT_CONCURRENCY (${config.delivery.endpointConcurrency}) must not exceed DELIVERY_CONNECTIONS_PER_ENDPOINT (${config.delivery.connectionsPerEndpoint})`,
+    );
+  }
+  if (env.DELIVERY_TEST_AUTO_PAUSE_SWEEP_MS) {
+    if (nodeEnv === 'test') config.delivery.autoPause.intervalMs = int('DELIVERY_TEST_AUTO_PAUSE_SWEEP_MS', AUTO_PAUSE_INTERVAL_MS, 50, AUTO_PAUSE_INTERVAL_MS);
+    else problems.push('DELIVERY_TEST_AUTO_PAUSE_SWEEP_MS is honoured only with NODE_ENV=test: failing endpoints are looked for every 60 s');
+  }
   if (env.DELIVERY_TEST_RETRY_INTERVAL_MS) {
     if (nodeEnv === 'test') config.delivery.retryIntervalMs = int('DELIVERY_TEST_RETRY_INTERVAL_MS', RETRY_INTERVAL_MS, 1, RETRY_INTERVAL_MS);
     else problems.push('DELIVERY_TEST_RETRY_INTERVAL_MS is honoured only with NODE_ENV=test: the retry interval is fixed at 30 s');
@@ -255,7 +292,7 @@ export function loadConfig(env: Env = process.env): Config {
     if (nodeEnv === 'test') {
       const intervalMs = int('DELIVERY_TEST_PENDING_SWEEP_MS', PENDING_SWEEP_INTERVAL_MS, 100, PENDING_SWEEP_INTERVAL_MS);
       config.delivery.pendingSweep = { intervalMs, olderThanMs: 2 * intervalMs };
-    } else problems.push('DELIVERY_TEST_PENDING_SWEEP_MS is honoured only with NODE_ENV=test: the pending sweep runs every 30 s');
+    } else problems.push('DELIVERY_TEST_PENDING_SWEEP_MS is honoured only with NODE_ENV=test: the pending sweep runs every 5 s');
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -156,8 +156,14 @@ export const WebhookEndpointSchema = defineEntity({
     rotationStartedAt: p.datetime().nullable(),
     rotationEndsAt: p.datetime().nullable(),
     disabledAt: p.datetime().nullable(),
-    /** Set while the customer has paused the endpoint: its deliveries are held, not sent. */
+    /** Set while the endpoint is paused: its deliveries are held, not sent. */
     pausedAt: p.datetime().nullable(),
+    /** Who paused it: 'customer', or 'failing' when the service did because its deliveries kept failing. */
+    pauseReason: p.string().nullable(),
+    /** An automatic pause: when the failures that led to it began. */
+    failingSince: p.datetime().nullable(),
+    /** The last resume; failures before it do not count towards an automatic pause. */
+    resumedAt: p.datetime().nullable(),
     ...timestamps,
   },
 });
@@ -225,6 +231,7 @@ export const DeliveryAttemptSchema = defineEntity({
     errorClass: p.enum(ATTEMPT_ERROR_CLASSES).nullable(),
     /** The start of the receiver's answer, at most RESPONSE_EXCERPT_LENGTH characters. */
     responseExcerpt: p.text().nullable(),
+    retryAfterSeconds: p.integer().nullable(),
   },
 });
 export type DeliveryAttempt = InferEntity<typeof DeliveryAttemptSchema>;

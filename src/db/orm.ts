@@ -13,6 +13,7 @@ import { Migration20261124200000Events } from './migrations/Migration20261124200
 import { Migration20261126000000DeliveryRecovery } from './migrations/Migration20261126000000DeliveryRecovery';
 import { Migration20261126000000EndpointPause } from './migrations/Migration20261126000000EndpointPause';
 import { Migration20261126000000SigningSchemes } from './migrations/Migration20261126000000SigningSchemes';
+import { Migration20261127100000EndpointTurns } from './migrations/Migration20261127100000EndpointTurns';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -28,6 +29,7 @@ const MIGRATIONS = [
   { name: 'Migration20261126000000DeliveryRecovery', class: Migration20261126000000DeliveryRecovery },
   { name: 'Migration20261126000000EndpointPause', class: Migration20261126000000EndpointPause },
   { name: 'Migration20261126000000SigningSchemes', class: Migration20261126000000SigningSchemes },
+  { name: 'Migration20261127100000EndpointTurns', class: Migration20261127100000EndpointTurns },
 ];
 
 /**

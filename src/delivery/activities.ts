@@ -3,13 +3,14 @@ import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
 import { RESPONSE_EXCERPT_LENGTH, type AttemptErrorClass, type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
 import type { Logger, Config } from '../config';
-import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS } from '../../workflows/policy';
+import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS, TURN_PLACE_LIMIT, TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient, type OutboundErrorKind } from '../outbound';
 import { deliveryHeaders, overlapRunning, type DeliverySigning } from '../signatures';
 import type { AttemptKey, AttemptResultRecord, AttemptStart, DeliveryRecords, RecordedOutcome } from './records';
 import { GroupCommit } from './group-commit';
+import { retryAfterSeconds } from './receiver-answer';
 
 export type DeliveryEvent = 'attempt_delivered' | 'attempt_failed' | 'held' | 'endpoint_gone' | 'dead_lettered';
 
@@ -40,6 +41,8 @@ export type AttemptResult =
   /** A counted attempt failed; `exhausted` after the last one. */
   | { kind: 'failed'; sent: number; exhausted: boolean; error: string }
   | { kind: 'held'; sent: number }
+  /** The endpoint's turns are all in flight: nothing was written or sent; the engine tries again after about `waitMs`. */
+  | { kind: 'turn'; sent: number; waitMs: number }
   | { kind: 'gone'; reason: string }
   | { kind: 'exhausted'; sent: number }
   /** Another executor closed this attempt and went on (this one had been taken for dead). */
@@ -150,6 +153,11 @@ export class DeliveryAttempts {
         case 'held':
           this.deps.onEvent?.('held');
           return start;
+        case 'turn': {
+          const ahead = await this.untilRecorded(() => this.records.placeInLine((em ??= this.deps.orm.em.fork()), ref, TURN_PLACE_LIMIT), liveness.signal);
+          const rounds = Math.floor(ahead / this.records.endpointConcurrency);
+          return { kind: 'turn', sent: start.sent, waitMs: Math.min(TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS * (1 + rounds)) };
+        }
         case 'exhausted':
           return start;
         case 'wait':
@@ -166,6 +174,7 @@ export class DeliveryAttempts {
       let error: string | null = null;
       let errorClass: AttemptErrorClass | null = null;
       let excerpt: string | null = null;
+      let retryAfter: number | null = null;
       try {
         const response = await this.deps.outbound.post(start.url, headers, start.payload, {
           signal: liveness.signal,
@@ -178,6 +187,7 @@ export class DeliveryAttempts {
         });
         status = response.status;
         excerpt = excerptOf(response.body);
+        retryAfter = retryAfterSeconds(status, response.retryAfter, now());
         if (status < 200 || status >= 300) {
           error = `The endpoint answered HTTP ${status}.`;
           errorClass = 'http_status';
@@ -197,7 +207,8 @@ export class DeliveryAttempts {
       }
 
       // The outcome is real from here on: keep it until PostgreSQL takes it, whatever else happens.
-      const recorded = await this.untilRecorded(() => this.outcomes.submit({ ref, attempt: start.attempt, startedAt: start.startedAt, status, error, errorClass, excerpt }));
+      const result = { ref, attempt: start.attempt, startedAt: start.startedAt, status, error, errorClass, excerpt, retryAfterSeconds: retryAfter };
+      const recorded = await this.untilRecorded(() => this.outcomes.submit(result));
       if (recorded.kind === 'superseded') {
         this.deps.logger.warn({ deliveryId: ref.deliveryId, attempt: start.attempt }, 'delivery attempt outcome superseded by another executor');
         return recorded;
@@ -207,6 +218,8 @@ export class DeliveryAttempts {
         return { kind: 'delivered', attempt: start.attempt, status: status ?? 200 };
       }
       this.deps.onEvent?.('attempt_failed');
+      // The last attempt's outcome dead-lettered the delivery; the dead-letter step after it finds it done.
+      if (recorded.exhausted) this.deps.onEvent?.('dead_lettered');
       this.deps.logger.info({ deliveryId: ref.deliveryId, attempt: start.attempt, error }, 'delivery attempt failed');
       if (liveness.signal.aborted) throw new CancelledFailure('The attempt was cancelled after its request was sent.');
       return { kind: 'failed', sent: recorded.sent, exhausted: recorded.exhausted, error: error ?? 'failed' };
@@ -278,6 +291,8 @@ function activityOutcome(result: AttemptResult): AttemptOutcome {
       return { kind: 'delivered', attempt: result.attempt, status: result.status };
     case 'held':
       return { kind: 'held', sent: result.sent };
+    case 'turn':
+      return { kind: 'turn', sent: result.sent, waitMs: result.waitMs };
     case 'gone':
       throw ApplicationFailure.nonRetryable(result.reason, FAILURE_TYPES.endpointGone);
     case 'exhausted':

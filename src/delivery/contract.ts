@@ -16,12 +16,15 @@ export interface DeliveryRef {
  * - delivered: a 2xx arrived; the row is marked delivered.
  * - held: a kill switch is on or the endpoint is paused; nothing was sent and no attempt was used. `sent` is how
  *   many attempts the delivery had made (absent in histories written before it existed).
+ * - turn: the endpoint has as many attempts in flight as it may; nothing was sent and no
+ *   attempt was used: the workflow waits about `waitMs` (set from the delivery's place in the
+ *   endpoint's line) and asks again.
  * A failed attempt throws instead, with details `[{ sent }]`: a retryable failure
  * ("DeliveryAttemptFailed"), or a non-retryable one ("EndpointGone" when the endpoint is
  * missing or disabled: the row is already marked failed with the reason;
  * "AttemptsExhausted" once the delivery has made all its attempts).
  */
-export type AttemptOutcome = { kind: 'delivered'; attempt: number; status: number } | { kind: 'held'; sent?: number };
+export type AttemptOutcome = { kind: 'delivered'; attempt: number; status: number } | { kind: 'held'; sent?: number } | { kind: 'turn'; sent: number; waitMs: number };
 
 /** The activities both engines run, with the same policy constants. */
 export interface DeliveryActivities {

@@ -152,6 +152,8 @@ export class EmbeddedDeliveryEngine implements DeliveryEngine {
     };
     try {
       const result = await attempts.run(ref, liveness, start ?? undefined);
+      // Its endpoint had no turn free: the slot goes back now, and a claim takes the delivery when a turn frees.
+      if (result.kind === 'turn') await attempts.records.giveBackLease(orm.em.fork(), ref.deliveryId, this.owner);
       if (result.kind === 'exhausted' || (result.kind === 'failed' && result.exhausted)) {
         await attempts.deadLetter(ref, this.stopping.signal);
       }

@@ -8,11 +8,13 @@ import {
 } from '@temporalio/client';
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import type { deliverWebhook } from '../../workflows/delivery';
-import { RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { OUTCOME_ATTRIBUTES, RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import type { TemporalConfig } from '../config';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
 import { temporalConnectionOptions } from './temporal-connection';
 import { workflowIdFor } from './workflow-id';
+import { WorkflowStarts, type StartOutcome } from './workflow-starts';
+import type { Logger } from '../config';
 
 /**
  * Keyword search attributes operators filter deliveries by. They must exist on the
@@ -21,12 +23,19 @@ import { workflowIdFor } from './workflow-id';
  *   temporal operator search-attribute create --namespace <ns> \
  *     --name OrganizationId --type Keyword \
  *     --name EndpointId --type Keyword \
- *     --name EventId --type Keyword
+ *     --name EventId --type Keyword \
+ *     --name DeliveryOutcome --type Keyword \
+ *     --name DeliveryAttempts --type Int
+ *
+ * DeliveryOutcome and DeliveryAttempts start as `sending` and 0; the workflow keeps them
+ * current (workflows/outcome.ts).
  */
 export const DELIVERY_SEARCH_ATTRIBUTES = {
   organizationId: defineSearchAttributeKey('OrganizationId', SearchAttributeType.KEYWORD),
   endpointId: defineSearchAttributeKey('EndpointId', SearchAttributeType.KEYWORD),
   eventId: defineSearchAttributeKey('EventId', SearchAttributeType.KEYWORD),
+  outcome: defineSearchAttributeKey(OUTCOME_ATTRIBUTES.outcome, SearchAttributeType.KEYWORD),
+  attempts: defineSearchAttributeKey(OUTCOME_ATTRIBUTES.attempts, SearchAttributeType.INT),
 };
 
 export interface TemporalDeliveryEngineOptions {
@@ -37,6 +46,11 @@ export interface TemporalDeliveryEngineOptions {
   searchAttributes?: boolean;
   /** The interval between attempts; the workflow is told only when it is not the contract's 30 s (test configuration). */
   retryIntervalMs?: number;
+  logger?: Logger;
+  /** Called when Temporal answers again after it was found down: the deliveries recorded meanwhile wait for the sweep. */
+  onRecovered?: () => void;
+  /** Whether Temporal answers now: asked every second while it is down. */
+  reachable?: () => Promise<boolean>;
 }
 
 /** How long a start may wait for Temporal before the delivery is left to the pending sweep. */
@@ -44,12 +58,34 @@ const START_DEADLINE_MS = 2_000;
 
 /** Runs each delivery as a `deliverWebhook` workflow. */
 export class TemporalDeliveryEngine implements DeliveryEngine {
-  constructor(private readonly options: TemporalDeliveryEngineOptions) {}
+  private readonly starts: WorkflowStarts;
 
+  constructor(private readonly options: TemporalDeliveryEngineOptions) {
+    this.starts = new WorkflowStarts((ref, meta) => this.startWorkflow(ref, meta), { logger: options.logger, onRecovered: options.onRecovered, probe: options.reachable });
+  }
+
+  /**
+   * Queues the delivery's workflow start and answers at once: the row is committed, so the
+   * caller (a publish, a test delivery, a resend) never waits for Temporal. A start that
+   * fails leaves the row pending for the sweep.
+   */
   async start(ref: DeliveryRef, meta: DeliveryMeta): Promise<{ workflowId: string }> {
+    this.starts.enqueue(ref, meta);
+    return { workflowId: workflowIdFor(ref, meta.series) };
+  }
+
+  /** Starts the workflow and waits for Temporal's answer (the pending sweep); throws when Temporal does not take it. */
+  async startAwaited(ref: DeliveryRef, meta: DeliveryMeta): Promise<StartOutcome> {
+    return this.starts.start(ref, meta);
+  }
+
+  /** Whether this process saw the workflow of this delivery's series exist (the sweep leaves those alone). */
+  hasWorkflow(ref: DeliveryRef, series?: number): boolean {
+    return this.starts.has(ref, series);
+  }
+
+  private async startWorkflow(ref: DeliveryRef, meta: DeliveryMeta): Promise<StartOutcome> {
     const workflowId = workflowIdFor(ref, meta.series);
-    // A caller waits for the start (the row is committed already): when Temporal does not
-    // answer quickly, the delivery stays pending for the sweep rather than hold the call.
     const deadline = Date.now() + START_DEADLINE_MS;
     try {
       await this.options.client.connection.withDeadline(deadline, () => this.options.client.workflow.start<typeof deliverWebhook>('deliverWebhook', {
@@ -59,6 +95,9 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
         // A series of a delivery runs once: never beside a running one, never again after it closed.
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
         workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+        // The workflow's tasks share the queue fairly by endpoint, as its attempts do: one
+        // endpoint's backlog of waiting deliveries does not queue another's first step.
+        priority: { fairnessKey: ref.endpointId },
         memo: {
           organizationId: ref.organizationId,
           endpointId: ref.endpointId,
@@ -68,12 +107,15 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
           // A resend's series only: a first series' memo stays as it always was.
           ...(meta.series && meta.series > 1 && { series: meta.series }),
         },
+        // The Temporal UI's summary line: what was sent where (the outcome is in the current details and DeliveryOutcome).
+        staticSummary: `${meta.eventType} to ${meta.targetHost}${meta.series && meta.series > 1 ? `, series ${meta.series}` : ''}`,
         ...(this.options.searchAttributes && { typedSearchAttributes: searchAttributesFor(ref) }),
       }));
+      return 'started';
     } catch (err) {
-      if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      if (err instanceof WorkflowExecutionAlreadyStartedError) return 'existed';
+      throw err;
     }
-    return { workflowId };
   }
 
   /**
@@ -94,8 +136,10 @@ export class TemporalDeliveryEngine implements DeliveryEngine {
     await Promise.all(Array.from({ length: Math.min(16, queue.length) }, signalNext));
   }
 
-  /** Nothing to close: the client and its connection belong to the caller. */
-  async close(): Promise<void> {}
+  /** Waits for the starts in flight; the client and its connection belong to the caller. */
+  async close(): Promise<void> {
+    await this.starts.close();
+  }
 }
 
 function searchAttributesFor(ref: DeliveryRef): SearchAttributePair[] {
@@ -103,8 +147,18 @@ function searchAttributesFor(ref: DeliveryRef): SearchAttributePair[] {
     { key: DELIVERY_SEARCH_ATTRIBUTES.organizationId, value: ref.organizationId },
     { key: DELIVERY_SEARCH_ATTRIBUTES.endpointId, value: ref.endpointId },
     { key: DELIVERY_SEARCH_ATTRIBUTES.eventId, value: ref.eventId },
+    { key: DELIVERY_SEARCH_ATTRIBUTES.outcome, value: 'sending' },
+    { key: DELIVERY_SEARCH_ATTRIBUTES.attempts, value: 0 },
   ];
 }
+
+/**
+ * gRPC's reconnect backoff grows to two minutes while a server is down (1 s × 1.6 per
+ * failure), so after an outage of half a minute starts failed with DEADLINE_EXCEEDED
+ * ("waiting for metadata filters") for 14 s after the server was back. Capped at 1 s, the
+ * channel tries again at least every second and starts resume within about a second.
+ */
+const RECONNECT_QUICKLY = { 'grpc.initial_reconnect_backoff_ms': 250, 'grpc.max_reconnect_backoff_ms': 1_000 };
 
 /**
  * A client for the engine; the caller owns it and calls `close` at shutdown. The
@@ -113,7 +167,7 @@ function searchAttributesFor(ref: DeliveryRef): SearchAttributePair[] {
  * whether it answers now, for /readyz and the metrics.
  */
 export function createTemporalClient(options: TemporalConfig): { client: Client; reachable: () => Promise<boolean>; close: () => Promise<void> } {
-  const connection = Connection.lazy({ ...temporalConnectionOptions(options), connectTimeout: 2_000 });
+  const connection = Connection.lazy({ ...temporalConnectionOptions(options), connectTimeout: 2_000, channelArgs: RECONNECT_QUICKLY });
   const client = new Client({ connection, namespace: options.namespace });
   return {
     client,

@@ -3,7 +3,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from '../config';
 import type { MikroORM } from '../db';
 
-/** /metrics, /healthz (alive) and /readyz (database answering and the worker polling). */
+/** /metrics (ours, then Temporal's SDK metrics), /healthz (alive) and /readyz (database answering and the worker polling). */
 export async function serveWorkerEndpoints(options: {
   port: number;
   host: string;
@@ -11,6 +11,8 @@ export async function serveWorkerEndpoints(options: {
   orm: MikroORM;
   logger: Logger;
   running: () => boolean;
+  /** More metrics in Prometheus' text format, appended after ours (Temporal's SDK metrics). */
+  more?: () => Promise<string>;
 }): Promise<http.Server> {
   const { registry, orm, logger } = options;
   const answer = (res: http.ServerResponse, status: number, type: string, body: string) =>
@@ -33,13 +35,20 @@ export async function serveWorkerEndpoints(options: {
       return;
     }
     if (path === '/metrics') {
-      void registry.metrics().then(
-        (text) => answer(res, 200, registry.contentType, text),
-        (error: unknown) => {
-          logger.warn({ err: error }, 'metrics collection failed');
-          answer(res, 503, 'application/json', '{"code":"UNAVAILABLE","message":"Metrics are unavailable."}');
-        },
-      );
+      // Ours are served even when the SDK's do not answer.
+      const more = options.more?.().catch((error: unknown) => {
+        logger.warn({ err: error }, "Temporal's SDK metrics are unavailable");
+        return '';
+      });
+      void Promise.all([registry.metrics(), more])
+        .then(([ours, sdk]) => (sdk ? `${ours.trimEnd()}\n${sdk}` : ours))
+        .then(
+          (text) => answer(res, 200, registry.contentType, text),
+          (error: unknown) => {
+            logger.warn({ err: error }, 'metrics collection failed');
+            answer(res, 503, 'application/json', '{"code":"UNAVAILABLE","message":"Metrics are unavailable."}');
+          },
+        );
       return;
     }
     answer(res, 404, 'application/json', '{"code":"ROUTE_NOT_FOUND","message":"No such route."}');

@@ -19,6 +19,9 @@ export interface ListedEndpoint {
   rotationEndsAtMs: number | null;
   disabledAtMs: number | null;
   pausedAtMs: number | null;
+  /** 'customer' or 'failing' while paused. */
+  pauseReason: string | null;
+  failingSinceMs: number | null;
   createdAtMs: number;
 }
 
@@ -37,6 +40,8 @@ function pageQuery(k: Kysely<Tables>, organizationId: string) {
       epochMs<number | null>('rotation_ends_at').as('rotationEndsAtMs'),
       epochMs<number | null>('disabled_at').as('disabledAtMs'),
       epochMs<number | null>('paused_at').as('pausedAtMs'),
+      'pause_reason as pauseReason',
+      epochMs<number | null>('failing_since').as('failingSinceMs'),
       epochMs('created_at').as('createdAtMs'),
     ])
     .where('organization_id', '=', organizationId)

@@ -76,6 +76,10 @@ export function auditOutput(events: AuditEvent[]): Output {
   return { json: events.map((e) => json(AuditEventSchema, e)), text: `${text}\n` };
 }
 
+/** Why Temporal's attempt number can be higher than the attempts listed here (README, "Temporal's attempt number"). */
+const TEMPORAL_ATTEMPT_NOTE =
+  "attempts here are sends; Temporal's activity attempt is one higher for each execution that ended without a send (a worker lost, or its result lost in a Temporal restart: retried after the 15 s heartbeat timeout)";
+
 export function deliveryOutput(delivery: DeliveryRecord | undefined, ui: TemporalUi | null): Output {
   if (!delivery) throw new Error('the service answered without a delivery');
   const lines = [
@@ -83,7 +87,7 @@ export function deliveryOutput(delivery: DeliveryRecord | undefined, ui: Tempora
     `  status ${delivery.status}${delivery.deadLettered ? ` (dead-lettered ${when(delivery.deadLetteredAt)})` : ''}  attempts ${delivery.attemptCount}`,
     `  organization ${delivery.organizationId}  endpoint ${delivery.endpointId}`,
     `  workflow ${delivery.workflowId}`,
-    ...(ui ? [`  temporal ui ${workflowUiLink(ui.url, ui.namespace, delivery.workflowId)}`] : []),
+    ...(ui ? [`  temporal ui ${workflowUiLink(ui.url, ui.namespace, delivery.workflowId)}`, `  ${TEMPORAL_ATTEMPT_NOTE}`] : []),
     `  created ${when(delivery.createdAt)}  next attempt ${when(delivery.nextAttemptAt)}  delivered ${when(delivery.deliveredAt)}`,
     `  last error: ${delivery.lastError || '-'}`,
     ...delivery.attempts.map(

@@ -1,7 +1,7 @@
 /**
  * The only way the service sends HTTP to customer-controlled URLs (DESIGN decision 7):
  * https only, TLS verified, the SSRF filter applied to the addresses actually dialled,
- * no redirects, one deadline for the whole attempt, a capped response body. Connections
+ * no redirects, one deadline for the request on the wire, a capped response body. Connections
  * to a receiver are kept and reused, within an age bound, so the filter runs once per
  * connection rather than once per request.
  */
@@ -47,6 +47,8 @@ export interface OutboundResponse {
   body: Buffer;
   /** True when the endpoint sent more than maxResponseBytes; the rest was not read. */
   truncated: boolean;
+  /** The Retry-After header as the receiver sent it (at most 64 characters), null without one. */
+  retryAfter: string | null;
 }
 
 export interface PostOptions {
@@ -71,7 +73,11 @@ export interface OutboundOptions {
   allowCidrs?: string[];
   /** PEM CA trusted in addition to the default roots (never instead of them). */
   extraCa?: string;
-  /** Deadline for the whole attempt: DNS, connect, TLS, request and reading the response. */
+  /**
+   * Deadline for the request on the wire: DNS, connect, TLS, request and reading the response.
+   * It starts when the request has a connection: a wait for one of our pooled connections is
+   * our queueing, never the receiver's time.
+   */
   timeoutMs: number;
   /** Response bytes kept; the connection is dropped once more arrive. */
   maxResponseBytes: number;
@@ -263,7 +269,7 @@ interface SendOptions {
 
 function send(target: Target, headers: Record<string, string>, body: string, opts: SendOptions, post: PostOptions): Promise<OutboundResponse> {
   return new Promise<OutboundResponse>((resolvePromise, rejectPromise) => {
-    const startedAt = Date.now();
+    let startedAt = 0;
     let dispatched = false;
     let settled = false;
     let timer: NodeJS.Timeout | undefined;
@@ -279,8 +285,11 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
     };
     const fail = (err: unknown) => settle(() => rejectPromise(toOutboundError(err, dispatched)));
     const arm = (ms: number) => {
+      // Judged after the I/O that arrived by then (setImmediate runs after the poll phase): on a
+      // busy event loop the deadline's timer and an answer received in time come due together,
+      // and timers run first.
       timer = setTimeout(
-        () => fail(new OutboundError('timeout', `The attempt did not complete within ${opts.timeoutMs} ms.`, 'ETIMEDOUT', { dispatched })),
+        () => setImmediate(() => fail(new OutboundError('timeout', `The attempt did not complete within ${opts.timeoutMs} ms.`, 'ETIMEDOUT', { dispatched }))),
         Math.max(0, ms),
       );
     };
@@ -300,7 +309,6 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
       headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
       agent: opts.agent,
     });
-    arm(opts.timeoutMs);
 
     // Nothing is written before the connection stands, so the caller can still decide not
     // to send (and an attempt that never got this far never reached the receiver).
@@ -320,15 +328,23 @@ function send(target: Target, headers: Record<string, string>, body: string, opt
       arm(opts.timeoutMs - connectedAfter);
       req.end(body);
     };
-    // A pooled connection stands already and will not emit 'secureConnect' again.
-    req.once('socket', (socket) => opts.agent.whenEstablished(socket, () => void dispatch()));
+    // The deadline starts when the request is handed a connection (a new one still to dial, or
+    // a pooled one): while every connection to the receiver is busy it waits in the agent's
+    // queue unsent, and that wait is ours. A pooled connection stands already and will not emit
+    // 'secureConnect' again.
+    req.once('socket', (socket) => {
+      startedAt = Date.now();
+      arm(opts.timeoutMs);
+      opts.agent.whenEstablished(socket, () => void dispatch());
+    });
 
     req.on('error', fail);
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       let kept = 0;
+      const retryAfter = res.headers['retry-after']?.slice(0, 64) ?? null;
       const finish = (truncated: boolean) =>
-        settle(() => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), truncated }), !truncated);
+        settle(() => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), truncated, retryAfter }), !truncated);
 
       res.on('error', fail);
       res.on('data', (chunk: Buffer) => {

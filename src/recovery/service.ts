@@ -165,6 +165,7 @@ export function attemptMessage(a: AttemptView): WebhookDeliveryAttempt {
     errorClass: a.errorClass ?? '',
     error: a.error ?? '',
     responseExcerpt: a.responseExcerpt ?? '',
+    ...(a.retryAfterSeconds !== null && { retryAfterSeconds: a.retryAfterSeconds }),
   };
 }
 

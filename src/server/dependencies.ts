@@ -4,7 +4,7 @@ import { databaseAt, openDatabase, migrate, type MikroORM } from '../db';
 import { PrincipalCache } from '../auth';
 import { ConnectionServiceImpl, StateSigner, SandboxProvider, ComposioProvider } from '../connections';
 import { PostServiceImpl } from '../posts';
-import { WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
+import { FailingEndpointPause, WebhookServiceImpl, WebhookRateLimiter } from '../webhooks';
 import { SecretBox } from '../secrets';
 import { OperatorServiceImpl } from '../operator';
 import { EventPublisher, EventServiceImpl } from '../events';
@@ -119,7 +119,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   limiterPool.on('error', (error) => logger.warn({ err: error }, 'rate-limit pool lost a connection'));
   const principals = options.cachePrincipals === false ? undefined : new PrincipalCache({ connectionString: String(orm.config.get('clientUrl')), logger });
   await principals?.start();
-  const records = new DeliveryRecords({ now, retryIntervalMs: config.delivery.retryIntervalMs });
+  const records = new DeliveryRecords({ now, retryIntervalMs: config.delivery.retryIntervalMs, endpointConcurrency: config.delivery.endpointConcurrency });
   const temporal = config.temporal ? createTemporalClient(config.temporal) : null;
   const metrics = new Metrics({ orm, records, engineReachable: temporal?.reachable });
   const delivery = deliveriesFor(config, { orm, logger, now, records, temporal, onEvent: metrics.observeDelivery });
@@ -146,9 +146,20 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
   const posts = new PostServiceImpl(now, publisher);
   const recovery = new DeliveryRecovery({ orm, records: delivery.records, engine: delivery.engine, publisher, logger, now });
   const deliveryLog = new DeliveryLogServiceImpl({ records: delivery.records, recovery });
+  const failingEndpoints = new FailingEndpointPause({
+    orm,
+    deliveries: delivery.records,
+    engine: delivery.engine,
+    events: publisher,
+    logger,
+    now,
+    options: config.delivery.autoPause,
+    onChange: metrics.observeEndpointPause,
+  });
   const operator = new OperatorServiceImpl({ now, deliveries: delivery.records, engine: delivery.engine, events: publisher, recovery, logger });
   delivery.embedded?.begin();
   recovery.begin();
+  if (config.delivery.autoPause.deadLetters > 0) failingEndpoints.begin();
 
   const shutdown = new ShutdownReadiness();
   const readiness: ReadinessCheck[] = [
@@ -176,6 +187,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     readiness,
     shutdown,
     async close() {
+      await failingEndpoints.close();
       await recovery.close();
       await delivery.close();
       await principals?.close();
@@ -204,8 +216,11 @@ function deliveriesFor(
       taskQueue: config.temporal.taskQueue,
       searchAttributes: config.temporal.searchAttributes,
       retryIntervalMs: config.delivery.retryIntervalMs,
+      logger: deps.logger,
+      onRecovered: () => sweeper.sweepAllNow(),
+      reachable: temporal.reachable,
     });
-    const sweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, ...config.delivery.pendingSweep, now: deps.now });
+    const sweeper: PendingDeliverySweeper = new PendingDeliverySweeper({ orm: deps.orm, records, engine, logger: deps.logger, ...config.delivery.pendingSweep, now: deps.now });
     sweeper.begin();
     deps.logger.info({ address: config.temporal.address, taskQueue: config.temporal.taskQueue }, 'deliveries run on Temporal');
     return {
@@ -215,6 +230,7 @@ function deliveriesFor(
       reachable: temporal.reachable,
       async close() {
         await sweeper.close();
+        await engine.close();
         await temporal.close();
       },
     };

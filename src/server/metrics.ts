@@ -11,6 +11,7 @@ export class Metrics {
   private readonly calls: Counter<'procedure' | 'transport' | 'code'>;
   private readonly latency: Histogram<'procedure' | 'transport'>;
   private readonly deliveries: DeliveryMetrics;
+  private readonly endpointPauses: Counter<'change'>;
 
   constructor(sources: ConstructorParameters<typeof DeliveryMetrics>[1]) {
     collectDefaultMetrics({ register: this.registry });
@@ -28,7 +29,17 @@ export class Metrics {
       registers: [this.registry],
     });
     this.deliveries = new DeliveryMetrics(this.registry, sources);
+    this.endpointPauses = new Counter({
+      name: 'webhook_endpoint_auto_pauses_total',
+      help: 'Endpoints the service paused because their deliveries kept failing (change="paused"), and such pauses a delivered test lifted (change="lifted").',
+      labelNames: ['change'],
+      registers: [this.registry],
+    });
   }
+
+  readonly observeEndpointPause = (change: 'paused' | 'lifted'): void => {
+    this.endpointPauses.inc({ change });
+  };
 
   readonly observeCall: CallObserver = ({ procedure, transport, code, seconds }) => {
     this.calls.inc({ procedure, transport, code });

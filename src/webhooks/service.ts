@@ -61,6 +61,8 @@ export interface WebhookServiceDeps {
 }
 
 const MAX_DESCRIPTION_LENGTH = 500;
+/** A pause the customer asked for (an automatic one is FAILING_PAUSE). */
+const CUSTOMER_PAUSE = 'customer';
 
 /**
  * The endpoint routes of WebhookService. The delivery log, resends and recoveries are the
@@ -108,7 +110,7 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
     });
     return {
       $typeName: 'publishing.v1.CreateWebhookResponse',
-      endpoint: endpointMessage({ id, url, description, eventNames, signatureScheme, disabledAt: null, pausedAt: null, createdAt: now }, [], now.getTime()),
+      endpoint: endpointMessage({ id, url, description, eventNames, signatureScheme, disabledAt: null, pausedAt: null, pauseReason: null, failingSince: null, createdAt: now }, [], now.getTime()),
       signingSecret,
     } satisfies CreateWebhookResponse;
   }
@@ -232,6 +234,9 @@ export class WebhookServiceImpl implements Partial<ServiceImpl<typeof WebhookSer
       if (Boolean(endpoint.pausedAt) === paused) return { endpoint, released: [] };
       const at = new Date(this.deps.now());
       endpoint.pausedAt = paused ? at : null;
+      endpoint.pauseReason = paused ? CUSTOMER_PAUSE : null;
+      endpoint.failingSince = null;
+      if (!paused) endpoint.resumedAt = at;
       const released = paused ? [] : await this.deps.deliveries.releaseHeldOfEndpoint(tx, principal.organizationId, endpoint.id);
       noteAuditTarget(ctx, endpoint.id, paused ? {} : { releasedDeliveries: released.length });
       const eventType = paused ? 'webhook.endpoint.paused' : 'webhook.endpoint.resumed';
@@ -287,7 +292,10 @@ function validDescription(raw: string): string {
  * `create()` to fill in, and connect-es takes a message as it is instead of copying it.
  */
 
-type ShownEndpoint = Pick<WebhookEndpoint, 'id' | 'url' | 'description' | 'eventNames' | 'signatureScheme' | 'disabledAt' | 'pausedAt' | 'createdAt'> &
+type ShownEndpoint = Pick<
+  WebhookEndpoint,
+  'id' | 'url' | 'description' | 'eventNames' | 'signatureScheme' | 'disabledAt' | 'pausedAt' | 'pauseReason' | 'failingSince' | 'createdAt'
+> &
   Partial<Pick<WebhookEndpoint, 'previousSignatureScheme' | 'rotationStartedAt' | 'rotationEndsAt'>>;
 
 function endpointMessage(e: ShownEndpoint, recent: ListedDelivery[], now: number): EndpointMessage {
@@ -303,6 +311,8 @@ function endpointMessage(e: ShownEndpoint, recent: ListedDelivery[], now: number
       rotationEndsAtMs: e.rotationEndsAt ? e.rotationEndsAt.getTime() : null,
       disabledAtMs: e.disabledAt ? e.disabledAt.getTime() : null,
       pausedAtMs: e.pausedAt ? e.pausedAt.getTime() : null,
+      pauseReason: e.pauseReason ?? null,
+      failingSinceMs: e.failingSince ? e.failingSince.getTime() : null,
       createdAtMs: e.createdAt.getTime(),
     },
     recent,
@@ -325,6 +335,8 @@ function listedEndpointMessage(e: ListedEndpoint, recent: ListedDelivery[], now:
     secretRotation: secretRotationMessage(e, now),
     state: endpointState(e),
     pausedAt: e.pausedAtMs === null || e.disabledAtMs !== null ? undefined : timestampOf(e.pausedAtMs),
+    pauseReason: e.pausedAtMs === null || e.disabledAtMs !== null ? '' : (e.pauseReason ?? CUSTOMER_PAUSE),
+    failingSince: e.failingSinceMs === null || e.pausedAtMs === null || e.disabledAtMs !== null ? undefined : timestampOf(e.failingSinceMs),
   };
 }
 

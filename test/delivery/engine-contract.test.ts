@@ -102,6 +102,34 @@ describe.each(ENGINES)('on the %s engine', (engine) => {
     }
   }, 90_000);
 
+  it("429 and 503 answers: each attempt's Retry-After in the delivery log, the next attempt still one interval later", async () => {
+    const tenant = await t.tenant();
+    const inAnHour = new Date(Date.now() + 3_600_000).toUTCString();
+    const answers: ReceiverAction[] = [
+      { status: 429, headers: { 'retry-after': '120' } },
+      { status: 503, headers: { 'retry-after': inAnHour } },
+      { status: 503, headers: { 'retry-after': 'soon' } },
+      { status: 200 },
+    ];
+    const r = await receiver((i) => answers[i] ?? { status: 200 });
+    const endpoint = await endpointAt(tenant, `${r.url}/busy`);
+    const { id } = await sendTest(tenant, endpoint.id);
+
+    await untilStored(t.orm, id, (row) => row.status === 'delivered', 60_000);
+    await t.idle();
+    expect(await expectArrivalsMatchAttempts(id, r, endpoint.secret)).toBe(4);
+    for (let i = 1; i < 4; i++) expect(r.requests[i]!.receivedAt - r.requests[i - 1]!.receivedAt).toBeGreaterThanOrEqual(INTERVAL_MS - 250);
+    const log = await rest(t.url, 'GET', `/api/v1/webhooks/${endpoint.id}/deliveries/${id}`, { apiKey: tenant.apiKey });
+    expect(log.status).toBe(200);
+    const attempts: { responseStatus: number; retryAfterSeconds?: number }[] = log.body.attempts;
+    expect(attempts.map((a) => a.responseStatus)).toEqual([429, 503, 503, 200]);
+    expect(attempts[0]!.retryAfterSeconds).toBe(120);
+    expect(attempts[1]!.retryAfterSeconds).toBeGreaterThan(3_500);
+    expect(attempts[1]!.retryAfterSeconds).toBeLessThanOrEqual(3_600);
+    expect(attempts[2]!.retryAfterSeconds).toBeUndefined();
+    expect(attempts[3]!.retryAfterSeconds).toBeUndefined();
+  }, 90_000);
+
   it('500 every time: exactly 8 signed attempts, then dead-lettered in the row, the queue, the list and the operator lookup', async () => {
     const tenant = await t.tenant();
     const r = await receiver(() => ({ status: 500 }));

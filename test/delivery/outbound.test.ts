@@ -320,6 +320,17 @@ describe('outbound connections are reused per receiver', () => {
     expect(r.requests.map((q) => q.path).sort()).toEqual(['/wait/1', '/wait/2']);
   });
 
+  it('starts the deadline when a post has its connection: a receiver answering within it never times out, however many wait', async () => {
+    // Each answer takes 60 % of the deadline; four posts share one connection, so the last
+    // waits for three answers (180 % of the deadline) before its own request leaves.
+    const r = await receive(() => ({ status: 200, delayMs: 300 }));
+    const c = client({ connectionsPerEndpoint: 1, timeoutMs: 500 });
+    const answers = await Promise.all([1, 2, 3, 4].map((n) => c.post(`${r.url}/queued/${n}`, {}, BODY)));
+
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200]);
+    expect(r.requests.map((q) => q.path).sort()).toEqual(['/queued/1', '/queued/2', '/queued/3', '/queued/4']);
+  });
+
   it('sends nothing when beforeSend refuses on a reused connection, and the next post still arrives', async () => {
     const r = await countingReceiver();
     const outbound = client();

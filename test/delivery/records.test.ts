@@ -512,7 +512,7 @@ describe('recordOutcomes, one attempt', () => {
     expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ finished_at: T0 + 300, response_status: 503, error: 'The endpoint answered HTTP 503.' })]);
   });
 
-  it(`marks the ${MAX_ATTEMPTS}th failure exhausted, with no next attempt`, async () => {
+  it(`dead-letters the delivery with its ${MAX_ATTEMPTS}th failure, in the same statement: it never reads retrying with no attempt left`, async () => {
     const { ref } = await fresh();
     await failTimes(ref, MAX_ATTEMPTS - 1);
     const { attempt, startedAt } = await dispatched(ref);
@@ -522,7 +522,11 @@ describe('recordOutcomes, one attempt', () => {
       sent: MAX_ATTEMPTS,
       exhausted: true,
     });
-    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'retrying', attempt_count: MAX_ATTEMPTS, next_attempt_at: null, last_response_status: null });
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'dead_lettered', attempt_count: MAX_ATTEMPTS, next_attempt_at: null, last_response_status: null });
+    expect(await storedDeadLetters(orm, ref.deliveryId)).toEqual([expect.objectContaining({ last_error: 'The endpoint refused the connection.' })]);
+    // The dead-letter step that follows (the workflow's activity, the embedded engine's call) finds it done.
+    expect(await records.deadLetter(em(), ref)).toBe(false);
+    expect(await storedDeadLetters(orm, ref.deliveryId)).toHaveLength(1);
   });
 
   it('writes nothing when another executor closed the attempt and sent a later one', async () => {
@@ -634,10 +638,10 @@ describe('hold and fail', () => {
 describe('deadLetter', () => {
   it('dead-letters once and queues one dead letter', async () => {
     const { ref, organizationId, endpointId } = await fresh();
-    await failTimes(ref, MAX_ATTEMPTS);
+    await failTimes(ref, 2);
     expect(await records.deadLetter(em(), ref)).toBe(true);
     expect(await records.deadLetter(em(), ref)).toBe(false);
-    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'dead_lettered', attempt_count: MAX_ATTEMPTS, next_attempt_at: null });
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'dead_lettered', attempt_count: 2, next_attempt_at: null });
     expect(await storedDeadLetters(orm, ref.deliveryId)).toEqual([{ organization_id: organizationId, endpoint_id: endpointId, last_error: 'The endpoint answered HTTP 500.' }]);
   });
 
@@ -691,6 +695,16 @@ describe('releaseHeld and the kill switches', () => {
 });
 
 describe('lookup', () => {
+  it('shows no next attempt while an attempt is under way, never the time it was due', async () => {
+    const { ref } = await fresh();
+    await failTimes(ref, 1);
+    clock += 250;
+    const { attempt, startedAt } = await dispatched(ref);
+    expect(await records.lookup(em(), { deliveryId: ref.deliveryId })).toMatchObject({ status: 'retrying', attemptCount: 2, nextAttemptAtMs: null });
+    await recordOutcome(ref, attempt, startedAt, { status: 500, error: 'The endpoint answered HTTP 500.' });
+    expect(await records.lookup(em(), { deliveryId: ref.deliveryId })).toMatchObject({ nextAttemptAtMs: clock + RETRY_INTERVAL_MS });
+  });
+
   it('finds a delivery by id and by endpoint and event, with every attempt', async () => {
     const { ref, organizationId, endpointId } = await fresh();
     const first = await dispatched(ref);
@@ -725,7 +739,8 @@ describe('lookup', () => {
     await failTimes(ref, MAX_ATTEMPTS);
     await records.deadLetter(em(), ref);
     const view = await records.lookup(em(), { deliveryId: ref.deliveryId });
-    expect(view).toMatchObject({ status: 'dead_lettered', attemptCount: MAX_ATTEMPTS, deadLetteredAt: new Date(clock) });
+    // With the last failure's outcome, one interval before the clock failTimes moved on.
+    expect(view).toMatchObject({ status: 'dead_lettered', attemptCount: MAX_ATTEMPTS, deadLetteredAt: new Date(clock - RETRY_INTERVAL_MS) });
     expect(view!.attempts).toHaveLength(MAX_ATTEMPTS);
   });
 });
@@ -740,7 +755,7 @@ describe('listDeadLetters', () => {
       const ref = await recordDelivery(orm, records, organizationId, e!.id);
       await failTimes(ref, MAX_ATTEMPTS);
       await records.deadLetter(em(), ref);
-      letters.push({ deliveryId: ref.deliveryId, at: clock });
+      letters.push({ deliveryId: ref.deliveryId, at: clock - RETRY_INTERVAL_MS });
     }
     const other = await fresh();
     await failTimes(other.ref, MAX_ATTEMPTS);

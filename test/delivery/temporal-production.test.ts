@@ -11,6 +11,7 @@ import { INTERRUPTED_ATTEMPT } from '../../src/delivery';
 import { MAX_ATTEMPTS } from '../../workflows/policy';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../support/https-receiver';
 import { processTreeCpuSeconds, startServiceProcess, stopServiceProcesses, type ServiceProcess } from '../support/service-process';
+import { productionWorkflowBundlePath } from '../support/temporal';
 import { makeTestTls } from '../support/tls';
 
 /**
@@ -98,6 +99,8 @@ beforeAll(async () => {
     DELIVERY_ATTEMPT_TIMEOUT_MS: '10000',
     INTERNAL_SERVICE_TOKENS: `topology:${PUBLISHER_TOKEN}`,
     TEMPORAL_TASK_QUEUE: 'deliveries',
+    // The production bundle global setup built: a worker that bundles at start spends seconds of CPU on it.
+    WORKER_WORKFLOW_BUNDLE: productionWorkflowBundlePath(),
     TEMPORAL_SEARCH_ATTRIBUTES: 'true',
   };
   const processes = await Promise.all([

@@ -23,7 +23,16 @@ let browser: Browser;
 
 beforeAll(async () => {
   const tls = await makeTestTls();
-  receiver = await startHttpsReceiver({ tls, respond: (i) => (i < 1 ? { status: 502 } : { status: 200 }) });
+  // "/ui" fails once, then answers 200; "/down" always fails; "/ok" always answers 200.
+  let uiRequests = 0;
+  receiver = await startHttpsReceiver({
+    tls,
+    respond: (_i, req) => {
+      if (req.url?.startsWith('/down')) return { status: 500 };
+      if (req.url?.startsWith('/ok')) return { status: 200 };
+      return uiRequests++ < 1 ? { status: 502 } : { status: 200 };
+    },
+  });
   t = await startEngineApp('temporal', { DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_TEST_RETRY_INTERVAL_MS: '1000' });
   browser = await chromium.launch({ executablePath: CHROMIUM_PATH, args: CHROMIUM_ARGS, headless: true });
 }, 60_000);
@@ -63,6 +72,32 @@ it('finds a delivery by its EventId search attribute and shows its workflow id, 
     expect(result).toMatch(/"attempts":\s*2/);
     await mkdir(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: path.join(ARTIFACTS, 'temporal-ui-delivery.png'), fullPage: true });
+  } finally {
+    await page.close();
+  }
+}, 120_000);
+
+it('lists the dead letters by their DeliveryOutcome, and not the deliveries that arrived', async () => {
+  const tenant = await t.tenant();
+  const sent: Record<string, { id: string; workflowId: string }> = {};
+  for (const route of ['down', 'ok']) {
+    const created = await rest(t.url, 'POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/${route}`, eventNames: ['webhook.test'] } });
+    sent[route] = (await rest(t.url, 'POST', `/api/v1/webhooks/${created.body.endpoint.id}/test`, { apiKey: tenant.apiKey })).body.delivery;
+  }
+  await untilStored(t.orm, sent.down!.id, (row) => row.status === 'dead_lettered', 60_000);
+  await untilStored(t.orm, sent.ok!.id, (row) => row.status === 'delivered', 30_000);
+  await t.idle();
+
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  try {
+    const query = `OrganizationId="${tenant.organizationId}" AND DeliveryOutcome="dead_lettered"`;
+    await page.goto(`${testTemporalUiUrl()}/namespaces/default/workflows?query=${encodeURIComponent(query)}`);
+    const deadLetter = page.getByRole('link', { name: sent.down!.workflowId });
+    await deadLetter.waitFor({ timeout: 30_000 });
+    expect(await page.getByRole('link', { name: sent.ok!.workflowId }).count()).toBe(0);
+    await page.goto(`${testTemporalUiUrl()}/namespaces/default/workflows?query=${encodeURIComponent(`OrganizationId="${tenant.organizationId}" AND DeliveryOutcome="delivered" AND DeliveryAttempts=1`)}`);
+    await page.getByRole('link', { name: sent.ok!.workflowId }).waitFor({ timeout: 30_000 });
+    expect(await page.getByRole('link', { name: sent.down!.workflowId }).count()).toBe(0);
   } finally {
     await page.close();
   }

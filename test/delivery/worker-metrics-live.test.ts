@@ -1,23 +1,20 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import path from 'node:path';
 import { startTestApp, type TestApp } from '../support/app';
 import { rest } from '../support/clients';
 import { makeTestTls } from '../support/tls';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
 import { untilStored } from '../support/deliveries';
 import { testTemporalAddress } from '../support/temporal';
+import { startWorkerProcess, type WorkerProcess } from '../support/worker-process';
 
 /**
  * The delivery worker as production runs it (`npm run worker`: its own process, the
  * production workflow bundle, its own /metrics) against the run's Temporal server: after a
  * scenario, the worker's counts of attempts, outcomes and dead letters equal what the rows say.
  */
-const ROOT = path.resolve(__dirname, '..', '..');
-
 let t: TestApp;
 let receiver: HttpsReceiver;
-let worker: ChildProcess;
+let worker: WorkerProcess | undefined;
 let metricsUrl: string;
 
 beforeAll(async () => {
@@ -38,34 +35,12 @@ beforeAll(async () => {
   const taskQueue = `worker-metrics-${randomBytes(6).toString('hex')}`;
   const env = { TEMPORAL_ADDRESS: testTemporalAddress(), TEMPORAL_TASK_QUEUE: taskQueue, DELIVERY_EXTRA_CA_PEM: tls.caPem, DELIVERY_TEST_RETRY_INTERVAL_MS: '300' };
   t = await startTestApp(env);
-  worker = spawn(process.execPath, ['--import', 'tsx', 'src/delivery/worker-main.ts'], {
-    cwd: ROOT,
-    env: { ...process.env, NODE_ENV: 'test', LOG_LEVEL: 'info', HOST: '127.0.0.1', WORKER_METRICS_PORT: '0', DATABASE_URL: t.databaseUrl, DELIVERY_ALLOW_CIDRS: '127.0.0.0/8', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  metricsUrl = await new Promise<string>((resolve, reject) => {
-    let buffer = '';
-    const timer = setTimeout(() => reject(new Error(`the worker did not start within 90 s: ${buffer.slice(-2000)}`)), 90_000);
-    const read = (chunk: Buffer) => {
-      buffer += chunk.toString();
-      const line = buffer.split('\n').find((l) => l.includes('"msg":"delivery worker running"'));
-      if (line) {
-        clearTimeout(timer);
-        resolve((JSON.parse(line) as { metrics: string }).metrics);
-      }
-    };
-    worker.stdout!.on('data', read);
-    worker.stderr!.on('data', read);
-    worker.once('exit', (code) => reject(new Error(`the worker exited (${code}) before it ran: ${buffer.slice(-2000)}`)));
-  });
+  worker = await startWorkerProcess({ ...env, DATABASE_URL: t.databaseUrl });
+  metricsUrl = worker.metricsUrl;
 }, 120_000);
 
 afterAll(async () => {
-  if (worker && worker.exitCode === null) {
-    const exited = new Promise((resolve) => worker.once('exit', resolve));
-    worker.kill('SIGTERM');
-    await exited;
-  }
+  await worker?.stop();
   await receiver?.close();
   await t?.close();
 });
@@ -108,3 +83,22 @@ it("the worker's /metrics count the attempts, outcomes and dead letters the rows
   expect(counter(metrics, 'webhook_delivery_events_total', '{event="dead_lettered"}')).toBe(rows!.dead);
   expect(counter(metrics, 'webhook_dead_letters')).toBe(rows!.dead);
 }, 120_000);
+
+it("the worker's /metrics carry Temporal's SDK metrics beside ours: slots, schedule-to-start latency, poll results, sticky cache", async () => {
+  const metrics = await (await fetch(metricsUrl)).text();
+  expect(metrics).toMatch(/^webhook_delivery_events_total\{/m);
+  for (const line of [
+    /^temporal_worker_task_slots_available\{[^}]*worker_type="ActivityWorker"[^}]*\} \d+/m,
+    /^temporal_worker_task_slots_available\{[^}]*worker_type="WorkflowWorker"[^}]*\} \d+/m,
+    /^temporal_activity_schedule_to_start_latency_count\{[^}]*\} [1-9]/m,
+    /^temporal_workflow_task_schedule_to_start_latency_count\{[^}]*\} [1-9]/m,
+    /^temporal_workflow_task_queue_poll_succeed\w*\{[^}]*\} [1-9]/m,
+    /^temporal_num_pollers\{[^}]*poller_type="activity_task"[^}]*\} \d+/m,
+    /^temporal_sticky_cache_size\{[^}]*\} \d+/m,
+  ]) {
+    expect(metrics).toMatch(line);
+  }
+  // One scrape, one text: every metric family is named once.
+  const families = metrics.split('\n').filter((l) => l.startsWith('# TYPE ')).map((l) => l.split(' ')[2]);
+  expect(new Set(families).size).toBe(families.length);
+});

@@ -117,6 +117,17 @@ describe('deliverWebhook with its patches', () => {
     return history;
   }
 
+  it("waits for its endpoint's turn without counting an attempt, then sends with the whole budget", async () => {
+    const history = deliveryHistory().workflowTask();
+    const waiting = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(waiting, { kind: 'turn', sent: 0, waitMs: 1_000 }).workflowTask().patchMarker(PATCHES.endpointTurn);
+    history.timerFired(history.startTimer(1_000)).workflowTask();
+    const sent = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(sent, delivered(1)).workflowTask().completed({ status: 'delivered', attempts: 1 });
+
+    await expect(replay(history.toJSON())).resolves.toBeDefined();
+  });
+
   it('does not wait out the interval when the release signal arrived while the held attempt was returning', async () => {
     const history = deliveryHistory().workflowTask();
     const held = history.scheduleActivity(attempt, [ref], attemptOptions(8));
@@ -313,7 +324,7 @@ describe('TemporalDeliveryEngine', () => {
     const { client, requests } = fakeConnection(started);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery' });
 
-    await expect(engine.start(ref, meta)).resolves.toEqual({ workflowId: 'webhook-delivery/org_01/end_01/evt_01' });
+    await expect(engine.startAwaited(ref, meta)).resolves.toBe('started');
 
     const [req] = requests;
     expect(req).toMatchObject({
@@ -333,7 +344,7 @@ describe('TemporalDeliveryEngine', () => {
     const { client, requests } = fakeConnection(started);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery', searchAttributes: true });
 
-    await engine.start(ref, meta);
+    await engine.startAwaited(ref, meta);
 
     const fields = requests[0]!.searchAttributes!.indexedFields!;
     const attributes = Object.fromEntries(
@@ -346,29 +357,75 @@ describe('TemporalDeliveryEngine', () => {
       OrganizationId: { value: 'org_01', type: 'Keyword' },
       EndpointId: { value: 'end_01', type: 'Keyword' },
       EventId: { value: 'evt_01', type: 'Keyword' },
+      DeliveryOutcome: { value: 'sending', type: 'Keyword' },
+      DeliveryAttempts: { value: 0, type: 'Int' },
     });
   });
 
-  it('treats a duplicate start as a no-op that returns the same workflow id', async () => {
+  it('treats a duplicate start as a no-op, and remembers that the workflow exists', async () => {
     const alreadyStarted = async () => {
       throw Object.assign(new Error('workflow execution already started'), { code: 6 });
     };
     const { client } = fakeConnection(alreadyStarted);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery' });
 
-    await expect(engine.start(ref, meta)).resolves.toEqual({ workflowId: workflowIdFor(ref) });
+    expect(engine.hasWorkflow(ref)).toBe(false);
+    await expect(engine.startAwaited(ref, meta)).resolves.toBe('existed');
+    expect(engine.hasWorkflow(ref)).toBe(true);
   });
 
-  it('passes on any other start failure', async () => {
+  it('passes on any other start failure to the sweep that awaited it', async () => {
     const unavailable = async () => {
       throw Object.assign(new Error('connection refused'), { code: 14 });
     };
     const { client } = fakeConnection(unavailable);
     const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery' });
 
-    const failure = engine.start(ref, meta);
+    const failure = engine.startAwaited(ref, meta);
     await expect(failure).rejects.toThrow();
     await expect(failure).rejects.not.toBeInstanceOf(WorkflowExecutionAlreadyStartedError);
+  });
+
+  it('answers a caller’s start at once, whether Temporal answers or not, and starts it after', async () => {
+    let answer: () => void = () => undefined;
+    let fakeAnswer: () => Promise<unknown> = async () => undefined;
+    const asked = new Promise<void>((asking) => {
+      fakeAnswer = () =>
+        new Promise((resolve) => {
+          answer = () => resolve({ runId: 'run-0001', started: true });
+          asking();
+        });
+    });
+    const { client } = fakeConnection(() => fakeAnswer());
+    const recovered = jest.fn();
+    const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery', onRecovered: recovered });
+
+    await expect(engine.start(ref, meta)).resolves.toEqual({ workflowId: workflowIdFor(ref) });
+    await asked;
+    expect(engine.hasWorkflow(ref)).toBe(false);
+    answer();
+    await engine.close();
+    expect(engine.hasWorkflow(ref)).toBe(true);
+    expect(recovered).not.toHaveBeenCalled();
+  });
+
+  it('leaves starts to the sweep while Temporal is known to be down, and wakes the sweep once a start succeeds again', async () => {
+    let up = false;
+    const { client, requests } = fakeConnection(async () => {
+      if (!up) throw Object.assign(new Error('connection refused'), { code: 14 });
+      return { runId: 'run-0001', started: true };
+    });
+    const recovered = jest.fn();
+    const engine = new TemporalDeliveryEngine({ client, taskQueue: 'webhook-delivery', onRecovered: recovered });
+
+    await expect(engine.startAwaited(ref, meta)).rejects.toThrow();
+    const tried = requests.length;
+    await engine.start({ ...ref, deliveryId: 'del_02', eventId: 'evt_02' }, meta);
+    await engine.close();
+    expect(requests).toHaveLength(tried);
+    up = true;
+    await expect(engine.startAwaited(ref, meta)).resolves.toBe('started');
+    expect(recovered).toHaveBeenCalledTimes(1);
   });
 
   it('leaves the caller’s connection open when closed', async () => {

@@ -13,6 +13,9 @@ const LONGEST_FIRST = [
   'test/delivery/engine-contract.test.ts',
   // Temporal's own server on a PostgreSQL cluster of its own, two APIs and two workers as processes, a 1,000-endpoint fan-out.
   'test/delivery/temporal-production.test.ts',
+  // 800 deliveries to receivers that answer after 9 s (or never), on each engine.
+  'test/delivery/noisy-neighbour.test.ts',
+  'test/webhooks/auto-pause.test.ts',
   'test/delivery/temporal-live.test.ts',
   'test/robustness/hostile-grpc.test.ts',
   'test/robustness/hostile-rest.test.ts',

@@ -61,7 +61,12 @@ export async function bundleProductionWorkflows(): Promise<void> {
 
 /** The production workflow bundle global setup wrote for this run. */
 export async function productionWorkflowBundle(): Promise<WorkflowBundle> {
-  return { code: await readFile(path.join(workflowBundleDir(), PRODUCTION_BUNDLE), 'utf8') };
+  return { code: await readFile(productionWorkflowBundlePath(), 'utf8') };
+}
+
+/** Where that bundle is, for a worker process (WORKER_WORKFLOW_BUNDLE). */
+export function productionWorkflowBundlePath(): string {
+  return path.join(workflowBundleDir(), PRODUCTION_BUNDLE);
 }
 
 /** The pid of the run's development server (for CPU figures), or null when the run uses a server of its own. */

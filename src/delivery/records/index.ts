@@ -1,23 +1,26 @@
 import type { DeliveryStatus, EntityManager } from '../../db';
-import { RETRY_INTERVAL_MS } from '../../../workflows/policy';
+import { DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
 import * as inserts from './inserts';
 import * as killSwitches from './kill-switches';
 import * as outcomes from './outcomes';
 import * as queries from './queries';
 import * as starts from './starts';
+import * as health from './health';
 import { FINAL_STATUSES, type ListedDelivery, type Schedule } from './rows';
 import type { NewDelivery } from './inserts';
 import type { KillSwitchState, ReleasedDelivery } from './kill-switches';
 import type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './outcomes';
 import type { DeadLetterFilter, DeadLetterView, DeliveryLogFilter, DeliveryView, DeliveryWindow, EventDelivery } from './queries';
 import type { AttemptStart, ClaimedDelivery, ClaimOptions } from './starts';
+import type { FailingEndpoint, FailingThreshold } from './health';
 
-export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type ListedDelivery } from './rows';
+export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, FAILING_PAUSE, type ListedDelivery } from './rows';
 export type { NewDelivery } from './inserts';
 export type { AttemptStart, PreviousSecret, ClaimOptions, ClaimedDelivery } from './starts';
 export type { AttemptKey, AttemptResultRecord, RecordedOutcome } from './outcomes';
 export type { KillSwitchState, ReleasedDelivery } from './kill-switches';
+export type { FailingEndpoint, FailingThreshold } from './health';
 export {
   RECENT_DELIVERIES,
   type EventDelivery,
@@ -54,8 +57,12 @@ export {
 export class DeliveryRecords {
   private readonly schedule: Schedule;
 
-  constructor(options: { now?: () => number; retryIntervalMs?: number } = {}) {
-    this.schedule = { now: options.now ?? Date.now, retryIntervalMs: options.retryIntervalMs ?? RETRY_INTERVAL_MS };
+  constructor(options: { now?: () => number; retryIntervalMs?: number; endpointConcurrency?: number } = {}) {
+    this.schedule = {
+      now: options.now ?? Date.now,
+      retryIntervalMs: options.retryIntervalMs ?? RETRY_INTERVAL_MS,
+      endpointConcurrency: options.endpointConcurrency ?? DEFAULT_ENDPOINT_CONCURRENCY,
+    };
   }
 
   /**
@@ -82,8 +89,8 @@ export class DeliveryRecords {
   }
 
   /**
-   * Embedded engine: leases up to `limit` due deliveries to `owner`, oldest due first,
-   * skipping rows another instance is claiming right now and the ones this instance is
+   * Embedded engine: leases up to `limit` due deliveries to `owner`, fairly across endpoints
+   * and within each endpoint's free turns (ClaimOptions), skipping rows another instance is claiming right now and the ones this instance is
    * already working on, and begins the attempt of each in the same statement (what
    * beginAttempt would decide and write). A claimed delivery whose `start` is null needs
    * beginAttempt's transaction: an attempt of it was left dispatched but unfinished, or
@@ -99,9 +106,39 @@ export class DeliveryRecords {
   }
 
   /**
+   * Active endpoints over the automatic pause's threshold: their last deliveries since their
+   * last resume all failed, for long enough (at once after a 410 Gone). Reads only endpoints
+   * with a dead letter or a 410 answer since `since`.
+   */
+  async failingEndpoints(em: EntityManager, since: Date, threshold: FailingThreshold): Promise<FailingEndpoint[]> {
+    return health.failingEndpoints(em, new Date(this.schedule.now()), since, threshold);
+  }
+
+  /** Endpoints paused for failing whose test delivery was delivered since. */
+  async recoveredEndpoints(em: EntityManager): Promise<{ endpointId: string; organizationId: string }[]> {
+    return health.recoveredEndpoints(em);
+  }
+
+  /** A delivery's place among its endpoint's open deliveries (how many were recorded before it), counted up to `limit`. */
+  async placeInLine(em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
+    return starts.placeInLine(em, ref, limit);
+  }
+
+  /** The endpoints' turns (DELIVERY_ENDPOINT_CONCURRENCY). */
+  get endpointConcurrency(): number {
+    return this.schedule.endpointConcurrency;
+  }
+
+  /** Embedded engine: gives a lease back, the delivery still due (its endpoint had no turn free). */
+  async giveBackLease(em: EntityManager, deliveryId: string, owner: string): Promise<void> {
+    return starts.giveBackLease(em, deliveryId, owner);
+  }
+
+  /**
    * Starts an attempt. Under a lock on the delivery row, decides what the attempt may do:
    * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
-   * switch or a paused endpoint holds it without using an attempt; otherwise the next attempt row is written
+   * switch or a paused endpoint holds it without using an attempt; an endpoint with all its
+   * turns in flight leaves it as it is (`turn`: try again shortly); otherwise the next attempt row is written
    * (or the one a dead worker wrote but never sent is taken over) and the caller sends.
    * One round trip on the common path.
    */
@@ -234,8 +271,8 @@ export class DeliveryRecords {
     return queries.lagSeconds(em, this.schedule);
   }
 
-  /** Temporal: deliveries still pending this long after they were recorded (their start may have failed). */
-  async pendingSince(em: EntityManager, cutoff: Date, limit: number): Promise<(DeliveryRef & { eventType: string; url: string; series: number })[]> {
-    return queries.pendingSince(em, cutoff, limit);
+  /** Temporal: deliveries still pending since before `cutoff` (their start may have failed), a page after `after`, oldest first. */
+  async pendingSince(em: EntityManager, cutoff: Date, limit: number, after?: queries.PendingCursor): Promise<queries.PendingDelivery[]> {
+    return queries.pendingSince(em, cutoff, limit, after);
   }
 }

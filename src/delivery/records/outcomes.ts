@@ -29,11 +29,14 @@ export interface AttemptResultRecord extends AttemptKey {
   errorClass?: AttemptErrorClass | null;
   /** The start of the receiver's answer (cut to RESPONSE_EXCERPT_LENGTH characters); null (or absent) when none came back. */
   excerpt?: string | null;
+  /** The wait a 429 or 503 asked for (Retry-After), in seconds; null (or absent) otherwise. */
+  retryAfterSeconds?: number | null;
 }
 
 /** What recordOutcomes wrote of one attempt. */
 export type RecordedOutcome =
   | { kind: 'delivered'; sent: number }
+  /** A failed attempt; after the last one (`exhausted`) the delivery is dead-lettered already, by the same statement. */
   | { kind: 'retrying'; sent: number; exhausted: boolean }
   /** Another executor had already closed this attempt and gone on; nothing was written. */
   | { kind: 'superseded' };
@@ -59,6 +62,7 @@ export async function recordOutcomes(em: EntityManager, schedule: Schedule, outc
     error: outcomes.map((o) => o.error),
     errorClass: outcomes.map((o) => o.errorClass ?? null),
     excerpt: outcomes.map((o) => o.excerpt?.slice(0, RESPONSE_EXCERPT_LENGTH) ?? null),
+    retryAfter: outcomes.map((o) => o.retryAfterSeconds ?? null),
   });
   const closed = new Set(rows.map((r) => r.delivery_id));
   return outcomes.map((o): RecordedOutcome => {
@@ -157,9 +161,10 @@ function attemptResults(p: AttemptResultColumns) {
     error: string | null;
     error_class: AttemptErrorClass | null;
     response_excerpt: string | null;
+    retry_after_seconds: number | null;
   }>`(select * from unnest(
-    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[], ${p.errorClass}::text[], ${p.excerpt}::text[]
-  ) as v(delivery_id, attempt, started_at, response_status, error, error_class, response_excerpt))`.as('v');
+    ${p.ids}::uuid[], ${p.attempts}::int[], ${p.starts}::timestamptz[], ${p.status}::int[], ${p.error}::text[], ${p.errorClass}::text[], ${p.excerpt}::text[], ${p.retryAfter}::int[]
+  ) as v(delivery_id, attempt, started_at, response_status, error, error_class, response_excerpt, retry_after_seconds))`.as('v');
 }
 
 /** Attempt results column by column (recordOutcomes). */
@@ -168,6 +173,7 @@ type AttemptResultColumns = AttemptColumns & {
   error: (string | null)[];
   errorClass: (AttemptErrorClass | null)[];
   excerpt: (string | null)[];
+  retryAfter: (number | null)[];
 };
 
 /** markAllDispatched's statement. */
@@ -191,7 +197,7 @@ function dispatchStatement(k: Kysely<Tables>, p: AttemptColumns & { now: Date })
               .whereRef('d.id', '=', 'v.delivery_id')
               .whereRef('d.series', '=', 'a.series')
               .where('d.status', 'in', OPEN_STATUSES)
-              .where((s) => s.not(stoppedBy(s.ref('d.organization_id'), s.ref('d.endpoint_id')))),
+              .where((s) => s.not(stoppedBy(s.ref('d.organization_id'), s.ref('d.endpoint_id'), s.ref('d.event_type')))),
           ),
         )
         .returning(['a.delivery_id', 'a.attempt']),
@@ -216,6 +222,7 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptResultColumns & { now: Da
           error: sql<string | null>`v.error`,
           error_class: sql<AttemptErrorClass | null>`v.error_class`,
           response_excerpt: sql<string | null>`v.response_excerpt`,
+          retry_after_seconds: sql<number | null>`v.retry_after_seconds`,
         })
         .whereRef('a.delivery_id', '=', 'v.delivery_id')
         .whereRef('a.attempt', '=', 'v.attempt')
@@ -241,7 +248,9 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptResultColumns & { now: Da
         .updateTable('webhook_deliveries')
         .from('closed')
         .set({
-          status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' else 'retrying' end`,
+          // The last attempt's failure dead-letters the delivery in this statement: it never reads
+          // `retrying` while the dead-letter step is on its way (a workflow task away on Temporal).
+          status: sql<DeliveryStatus>`case when closed.error is null then 'delivered' when closed.attempt >= ${MAX_ATTEMPTS} then 'dead_lettered' else 'retrying' end`,
           attempt_count: sql<number>`closed.attempt`,
           last_error: sql<string | null>`closed.error`,
           last_response_status: sql<number | null>`closed.response_status`,
@@ -254,7 +263,19 @@ function outcomeStatement(k: Kysely<Tables>, p: AttemptResultColumns & { now: Da
         .whereRef('webhook_deliveries.id', '=', 'closed.delivery_id')
         .whereRef('webhook_deliveries.series', '=', 'closed.series')
         .where('webhook_deliveries.status', 'in', OPEN_STATUSES)
-        .returning('webhook_deliveries.id'),
+        .returning(['webhook_deliveries.id', 'webhook_deliveries.organization_id', 'webhook_deliveries.endpoint_id', 'webhook_deliveries.status', 'webhook_deliveries.last_error']),
+    )
+    .with('queued', (w) =>
+      w
+        .insertInto('dead_letters')
+        .columns(['delivery_id', 'organization_id', 'endpoint_id', 'last_error', 'created_at'])
+        .expression((eb) =>
+          eb
+            .selectFrom('recorded')
+            .select(['recorded.id', 'recorded.organization_id', 'recorded.endpoint_id', 'recorded.last_error', sql<Date>`${p.now}::timestamptz`.as('created_at')])
+            .where('recorded.status', '=', 'dead_lettered'),
+        )
+        .onConflict((oc) => oc.column('delivery_id').doNothing()),
     )
     .selectFrom('closed')
     .select('closed.delivery_id');

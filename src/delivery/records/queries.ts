@@ -29,6 +29,8 @@ export interface AttemptView {
   error: string | null;
   errorClass: AttemptErrorClass | null;
   responseExcerpt: string | null;
+  /** What a 429 or 503 asked for in its Retry-After header, in seconds. */
+  retryAfterSeconds: number | null;
 }
 
 export interface DeliveryView extends ListedDelivery {
@@ -143,6 +145,7 @@ export async function lookup(em: EntityManager, by: { deliveryId: string } | { e
         'error',
         'error_class',
         'response_excerpt',
+        'retry_after_seconds',
       ])
       .where('delivery_id', '=', delivery.id)
       .orderBy('series')
@@ -162,6 +165,7 @@ export async function lookup(em: EntityManager, by: { deliveryId: string } | { e
       error: a.error,
       errorClass: a.error_class,
       responseExcerpt: a.response_excerpt,
+      retryAfterSeconds: a.retry_after_seconds,
     })),
     deadLetteredAt: dead ? new Date(dead.atMs) : null,
   };
@@ -227,17 +231,37 @@ export async function lagSeconds(em: EntityManager, schedule: Schedule): Promise
   return row?.dueMs ? Math.max(0, (now - row.dueMs) / 1000) : 0;
 }
 
-export async function pendingSince(em: EntityManager, cutoff: Date, limit: number): Promise<(DeliveryRef & { eventType: string; url: string; series: number })[]> {
+/** A place in the pending rows, in the order pendingSince reads them. */
+export interface PendingCursor {
+  createdAt: Date;
+  deliveryId: string;
+}
+
+export type PendingDelivery = DeliveryRef & { eventType: string; url: string; series: number; createdAt: Date };
+
+/** Pending deliveries recorded before `cutoff`, oldest first, `limit` of them after `after` (keyset: a page never repeats one). */
+export async function pendingSince(em: EntityManager, cutoff: Date, limit: number, after?: PendingCursor): Promise<PendingDelivery[]> {
   const rows = await db(em)
     .selectFrom('webhook_deliveries as d')
     .innerJoin('webhook_endpoints as e', 'e.id', 'd.endpoint_id')
-    .select(['d.id', 'd.organization_id', 'd.endpoint_id', 'd.event_id', 'd.event_type', 'e.url', 'd.series'])
+    .select(['d.id', 'd.organization_id', 'd.endpoint_id', 'd.event_id', 'd.event_type', 'e.url', 'd.series', 'd.created_at'])
     .where('d.status', '=', 'pending')
     .where('d.created_at', '<', cutoff)
+    .$if(after !== undefined, (q) => q.where(sql<boolean>`(d.created_at, d.id) > (${after!.createdAt}::timestamptz, ${after!.deliveryId}::uuid)`))
     .orderBy('d.created_at')
+    .orderBy('d.id')
     .limit(limit)
     .execute();
-  return rows.map((r) => ({ deliveryId: r.id, organizationId: r.organization_id, endpointId: r.endpoint_id, eventId: r.event_id, eventType: r.event_type, url: r.url, series: r.series }));
+  return rows.map((r) => ({
+    deliveryId: r.id,
+    organizationId: r.organization_id,
+    endpointId: r.endpoint_id,
+    eventId: r.event_id,
+    eventType: r.event_type,
+    url: r.url,
+    series: r.series,
+    createdAt: r.created_at,
+  }));
 }
 
 /** The newest deliveries of each of the endpoints, newest first (see listRecent). */

@@ -50,6 +50,8 @@ export function db(em: EntityManager): Kysely<Tables> {
 export interface Schedule {
   now: () => number;
   retryIntervalMs: number;
+  /** Attempts one endpoint may have in flight at once (its turns). */
+  endpointConcurrency: number;
 }
 
 /** A delivery as lists show it: the listed fields only (never the payload), timestamps as epoch milliseconds. */
@@ -79,7 +81,10 @@ export const listedColumns = [
   'w.event_type as eventType',
   'w.status as status',
   'w.attempt_count as attemptCount',
-  epochMs<number | null>('w.next_attempt_at').as('nextAttemptAtMs'),
+  // While an attempt of its series is under way there is no next attempt to show: the row
+  // still holds the time this one was due, in the past by then (on both engines).
+  sql<number | null>`case when exists (select 1 from delivery_attempts a where a.delivery_id = w.id and a.series = w.series and a.finished_at is null)
+    then null else floor(extract(epoch from w.next_attempt_at) * 1000)::float8 end`.as('nextAttemptAtMs'),
   'w.last_error as lastError',
   'w.last_response_status as lastResponseStatus',
   'w.workflow_id as workflowId',
@@ -93,8 +98,16 @@ export function listedQuery(k: Kysely<Tables>) {
   return k.selectFrom('webhook_deliveries as w').select(listedColumns);
 }
 
-/** True while a kill switch stops the organization, or its customer has paused the endpoint, whose ids the expressions name. */
-export function stoppedBy(organizationId: Expression<string>, endpointId: Expression<string>) {
+/**
+ * True while a kill switch stops the organization, or the endpoint is paused, whose ids the
+ * expressions name; an endpoint paused for failing still takes its test deliveries.
+ */
+export function stoppedBy(organizationId: Expression<string>, endpointId: Expression<string>, eventType: Expression<string>) {
   return sql<boolean>`(exists (select 1 from kill_switches k where k.enabled and k.scope in (${GLOBAL_SCOPE}, ${organizationId}::text))
-    or exists (select 1 from webhook_endpoints p where p.id = ${endpointId} and p.paused_at is not null))`;
+    or exists (select 1 from webhook_endpoints p where p.id = ${endpointId} and p.paused_at is not null
+      and not (p.pause_reason = ${FAILING_PAUSE} and ${eventType} = ${TEST_EVENT_TYPE})))`;
 }
+
+/** An endpoint the service paused because its deliveries kept failing: a test delivery still goes out, and its success lifts the pause. */
+export const FAILING_PAUSE = 'failing';
+const TEST_EVENT_TYPE = 'webhook.test';

@@ -1,6 +1,6 @@
 import { sql, type Kysely, type QueryCreator } from 'kysely';
 import { CompiledStatement, epochMs, type EntityManager, type SignatureScheme } from '../../db';
-import { MAX_ATTEMPTS } from '../../../workflows/policy';
+import { IN_FLIGHT_BOUND_MS, MAX_ATTEMPTS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
 import { fail, failedColumns, heldColumns, hold } from './outcomes';
 import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type Tables } from './rows';
@@ -33,6 +33,8 @@ export type AttemptStart =
   | { kind: 'delivered'; attempt: number; status: number }
   | { kind: 'gone'; reason: string }
   | { kind: 'held'; sent: number }
+  /** The endpoint has as many attempts in flight as it may: nothing was written, no attempt used; try again shortly. */
+  | { kind: 'turn'; sent: number }
   | { kind: 'exhausted'; sent: number }
   /** An attempt of a worker that died after sending was closed as failed; the next one is due then. */
   | { kind: 'wait'; until: Date; sent: number };
@@ -82,6 +84,7 @@ type AttemptDecision =
   | 'endpoint_disabled'
   | 'exhausted'
   | 'held'
+  | 'turn'
   | 'send';
 
 /** What the statement behind beginAttempt and claimDue returns of each delivery it locked. */
@@ -98,7 +101,12 @@ interface BegunRow extends SigningRow {
   started: number | null;
 }
 
-/** Which due deliveries a claim may take, and for whom. */
+/**
+ * Which due deliveries a claim may take, and for whom. It takes them fairly: each endpoint's
+ * oldest due first, round by round across endpoints (every endpoint's first, then every
+ * endpoint's second...), and never more than an endpoint's free turns, so one endpoint's
+ * backlog neither fills the slots nor delays another endpoint's first attempt.
+ */
 export interface ClaimOptions {
   owner: string;
   limit: number;
@@ -143,6 +151,26 @@ export async function renewLease(em: EntityManager, schedule: Schedule, delivery
 }
 
 /**
+ * How many of the endpoint's open deliveries were recorded before this one (up to `limit`):
+ * its place in the endpoint's line, from which a delivery waiting for a turn sets its wait.
+ */
+export async function placeInLine(em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
+  const { rows } = await sql<{ ahead: number }>`
+    select count(*)::int as ahead from (
+      select 1 from webhook_deliveries o
+       where o.endpoint_id = ${ref.endpointId}
+         and o.created_at < (select d.created_at from webhook_deliveries d where d.id = ${ref.deliveryId})
+         and o.status in ('pending', 'retrying')
+       limit ${limit}) ahead`.execute(db(em));
+  return rows[0]?.ahead ?? 0;
+}
+
+/** Lets a leased delivery go, due as it is: its endpoint's turns were all in flight, so it waits for the next claim. */
+export async function giveBackLease(em: EntityManager, deliveryId: string, owner: string): Promise<void> {
+  await db(em).updateTable('webhook_deliveries').set({ lease_until: null, lease_owner: null }).where('id', '=', deliveryId).where('lease_owner', '=', owner).execute();
+}
+
+/**
  * One statement decides and writes, so the common path costs one round trip. It reads
  * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
  * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
@@ -157,7 +185,7 @@ export async function beginAttempt(em: EntityManager, schedule: Schedule, ref: D
 
 /** Runs beginStatement for one delivery by reference, or for the due ones a claim may take. */
 async function beginAttempts(em: EntityManager, schedule: Schedule, now: Date, which: { ref: DeliveryRef } | { claim: ClaimOptions }) {
-  const common = { now, heldUntil: new Date(now.getTime() + schedule.retryIntervalMs) };
+  const common = { now, heldUntil: new Date(now.getTime() + schedule.retryIntervalMs), turns: schedule.endpointConcurrency, inFlightSince: new Date(now.getTime() - IN_FLIGHT_BOUND_MS) };
   if ('ref' in which) {
     return beginOne.execute(db(em), { ...common, deliveryId: which.ref.deliveryId, organizationId: which.ref.organizationId, leaseUntil: null, owner: null, limit: 1, busy: [] });
   }
@@ -184,7 +212,7 @@ async function beginAttemptInTransaction(em: EntityManager, schedule: Schedule, 
     const now = new Date(schedule.now());
     const row = await attemptSource(k)
       .select('e.disabled_at')
-      .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id')).as('stopped'))
+      .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'), eb.ref('d.event_type')).as('stopped'))
       .where('d.id', '=', ref.deliveryId)
       .where('d.organization_id', '=', ref.organizationId)
       .forUpdate('d')
@@ -275,6 +303,9 @@ async function beginAttemptInTransaction(em: EntityManager, schedule: Schedule, 
 interface BeginParams {
   now: Date;
   heldUntil: Date;
+  /** Attempts an endpoint may have in flight, counting those begun after inFlightSince. */
+  turns: number;
+  inFlightSince: Date;
   /** beginAttempt: the delivery. */
   deliveryId: string | null;
   organizationId: string | null;
@@ -325,21 +356,14 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
             when e.id is null then 'endpoint_missing'
             when e.disabled_at is not null then 'endpoint_disabled'
             when d.attempt_count >= ${MAX_ATTEMPTS} then 'exhausted'
-            when ${stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'))} then 'held'
+            when ${stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'), eb.ref('d.event_type'))} then 'held'
+            ${claim ? sql`` : sql`when coalesce(delivery_endpoint_in_flight(e.id, d.id, ${p.inFlightSince}), ${p.turns}) >= ${p.turns} then 'turn'`}
             else 'send'
           end`.as('decision'),
         )
         .$call((q) => {
           if (!claim) return q.where('d.id', '=', p.deliveryId!).where('d.organization_id', '=', p.organizationId!).forUpdate('d');
-          return q
-            .where('d.status', 'in', OPEN_STATUSES)
-            .where('d.next_attempt_at', '<=', p.now)
-            .where((w) => w.or([w('d.lease_until', 'is', null), w('d.lease_until', '<', p.now)]))
-            .where(sql<boolean>`d.id <> all(${p.busy}::uuid[])`)
-            .orderBy('d.next_attempt_at')
-            .limit(p.limit)
-            .forUpdate('d')
-            .skipLocked();
+          return q.where('d.id', 'in', fairTurns(w, p)).forUpdate('d').skipLocked();
         }),
     )
     .with('leased', (w) =>
@@ -398,6 +422,38 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
     .select('started.attempt as started');
 }
 
+/**
+ * The due deliveries a claim takes (ClaimOptions): each one's turn is its place among its
+ * endpoint's due deliveries; one is taken only while its turn fits in the endpoint's free
+ * turns (the turns less its unfinished attempts), earliest turns first. Another instance's
+ * claim running at the same moment may count the same free turns: the cap holds per claim,
+ * and across instances within the claims that overlap.
+ */
+function fairTurns(qc: QueryCreator<Tables>, p: BeginParams) {
+  const inFlight = qc
+    .selectFrom('delivery_attempts as a')
+    .innerJoin('webhook_deliveries as f', 'f.id', 'a.delivery_id')
+    .select((eb) => ['f.endpoint_id', eb.fn.countAll<number>().as('attempts')])
+    .where('a.finished_at', 'is', null)
+    .where('a.started_at', '>', p.inFlightSince)
+    .groupBy('f.endpoint_id');
+  const due = qc
+    .selectFrom('webhook_deliveries as c')
+    .select(['c.id', 'c.endpoint_id', 'c.next_attempt_at', sql<number>`row_number() over (partition by c.endpoint_id order by c.next_attempt_at, c.id)`.as('turn')])
+    .where('c.status', 'in', OPEN_STATUSES)
+    .where('c.next_attempt_at', '<=', p.now)
+    .where((w) => w.or([w('c.lease_until', 'is', null), w('c.lease_until', '<', p.now)]))
+    .where(sql<boolean>`c.id <> all(${p.busy}::uuid[])`);
+  return qc
+    .selectFrom(due.as('due'))
+    .leftJoin(inFlight.as('busy'), 'busy.endpoint_id', 'due.endpoint_id')
+    .select('due.id')
+    .where(sql<number>`due.turn + coalesce(busy.attempts, 0)`, '<=', p.turns)
+    .orderBy('due.turn')
+    .orderBy('due.next_attempt_at')
+    .limit(p.limit);
+}
+
 /** What a begun row means for its attempt; null when beginAttempt's transaction must decide. */
 function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
   switch (row.decision) {
@@ -414,6 +470,8 @@ function attemptStart(row: BegunRow, now: Date): AttemptStart | null {
       return { kind: 'gone', reason: ENDPOINT_DISABLED };
     case 'held':
       return { kind: 'held', sent: row.attempt_count };
+    case 'turn':
+      return { kind: 'turn', sent: row.attempt_count };
     case 'takeover':
       return null;
     case 'send':
