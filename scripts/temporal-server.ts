@@ -19,7 +19,7 @@ import { existsSync, mkdirSync, openSync, renameSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Connection } from '@temporalio/client';
+import { Connection, type ConnectionOptions } from '@temporalio/client';
 
 export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
@@ -39,39 +39,45 @@ export function temporalBinaryPath(): string {
   return path.join(root, '.tools', `temporal-cli-${TEMPORAL_CLI_VERSION}`, 'temporal');
 }
 
-export function goBinary(): string {
+export function goBinary(purpose = "the project's Go-built servers (.tools/)"): string {
   const onPath = spawnSync('sh', ['-c', 'command -v go'], { encoding: 'utf8' }).stdout.trim();
   if (onPath) return onPath;
   if (existsSync('/usr/local/go/bin/go')) return '/usr/local/go/bin/go';
-  throw new Error('Go is needed to build the Temporal development server and Jaeger (.tools/); none was found on PATH or in /usr/local/go');
+  throw new Error(`Go is needed to build ${purpose}; none was found on PATH or in /usr/local/go`);
 }
 
 /**
  * The binary, built with `go install` when missing. The first build takes minutes on two
  * cores; Go's module and build caches make later ones (a fresh clone) take seconds.
- * Built into a directory of its own and renamed, so a build that stops halfway leaves nothing.
  */
 export function ensureTemporalBinary(log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)): string {
   const binary = temporalBinaryPath();
-  if (existsSync(binary)) return binary;
-  const go = goBinary();
-  const staging = `${path.dirname(binary)}.build-${process.pid}`;
+  if (!existsSync(binary)) installGoPackages(path.dirname(binary), [`${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`], log);
+  return binary;
+}
+
+/**
+ * `go install`s the packages (pinned `module/pkg@version`) into `dir`, statically linked.
+ * Built into a directory of its own and renamed, so a build that stops halfway leaves nothing.
+ */
+export function installGoPackages(dir: string, packages: string[], log: (line: string) => void): void {
+  const go = goBinary(packages.join(' '));
+  const staging = `${dir}.build-${process.pid}`;
   rmSync(staging, { recursive: true, force: true });
   mkdirSync(staging, { recursive: true });
-  log(`temporal: building ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION} into .tools/ (minutes the first time)`);
+  log(`temporal: building ${packages.join(' ')} into .tools/ (minutes the first time)`);
   const started = Date.now();
-  const built = spawnSync(go, ['install', `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`], {
+  const built = spawnSync(go, ['install', ...packages], {
     env: { ...process.env, GOBIN: staging, CGO_ENABLED: '0' },
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   if (built.status !== 0) {
     rmSync(staging, { recursive: true, force: true });
-    throw new Error(`go install ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION} failed (exit ${built.status ?? built.signal})`);
+    throw new Error(`go install ${packages.join(' ')} failed (exit ${built.status ?? built.signal})`);
   }
-  rmSync(path.dirname(binary), { recursive: true, force: true });
-  renameSync(staging, path.dirname(binary));
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(staging, dir);
   log(`temporal: built in ${Math.round((Date.now() - started) / 1000)} s`);
-  return binary;
 }
 
 /** A free TCP port on loopback (a race with another process binding it is possible but harmless: the start fails loudly). */
@@ -152,12 +158,10 @@ export async function startTemporalDevServer(options: DevServerOptions = {}): Pr
     // endpoint's backlog does not queue another's attempts behind it.
     ...TEMPORAL_DYNAMIC_CONFIG.flatMap(([key, value]) => ['--dynamic-config-value', `${key}=${value}`]),
   ];
-  const log = options.logFile ? openSync(options.logFile, 'a') : 'ignore';
-  const child = spawn('sh', ['-c', WATCHDOG, 'temporal-dev-server', binary, ...args], { stdio: ['pipe', log, log], detached: true });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const { child, exited } = spawnWatched('temporal-dev-server', binary, args, options.logFile);
   const address = `127.0.0.1:${port}`;
   try {
-    await untilHealthy(address, namespace, child, exited);
+    await untilHealthy({ address }, namespace, child, exited);
   } catch (error) {
     await stopChild(child, exited, 'SIGKILL');
     throw error;
@@ -175,15 +179,30 @@ export async function startTemporalDevServer(options: DevServerOptions = {}): Pr
   };
 }
 
-async function untilHealthy(address: string, namespace: string, child: ChildProcess, exited: Promise<number | null>): Promise<void> {
+/**
+ * Runs `binary` as its own process group under a small shell that also ends it when this
+ * process's end of the pipe closes, so a test run that dies leaves no server behind.
+ */
+export function spawnWatched(name: string, binary: string, args: string[], logFile?: string): { child: ChildProcess; exited: Promise<number | null> } {
+  const log = logFile ? openSync(logFile, 'a') : 'ignore';
+  // `cat` returns when our end of stdin closes (we stopped it, or we died): then the server is told to stop.
+  // (A background job's stdin is /dev/null unless redirected, hence fd 3.)
+  const child = spawn('sh', ['-c', WATCHDOG, name, binary, ...args], { stdio: ['pipe', log, log], detached: true });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return { child, exited };
+}
+
+/** Waits until the frontend answers with the namespace registered (60 s at most), or the server exits. */
+export async function untilHealthy(connect: ConnectionOptions & { address: string }, namespace: string, child: ChildProcess, exited: Promise<number | null>): Promise<void> {
+  const { address } = connect;
   let gone: number | null | undefined;
   void exited.then((code) => (gone = code));
   const deadline = Date.now() + 60_000;
   let lastError: unknown;
   while (Date.now() < deadline) {
-    if (gone !== undefined) throw new Error(`the Temporal development server exited (code ${gone}) before it answered on ${address}`);
+    if (gone !== undefined) throw new Error(`the Temporal server exited (code ${gone}) before it answered on ${address}`);
     try {
-      const connection = await Connection.connect({ address, connectTimeout: 1_000 });
+      const connection = await Connection.connect({ ...connect, connectTimeout: 1_000 });
       try {
         await connection.workflowService.describeNamespace({ namespace });
         return;
@@ -196,10 +215,10 @@ async function untilHealthy(address: string, namespace: string, child: ChildProc
     await sleep(200);
   }
   child.kill('SIGKILL');
-  throw new Error(`the Temporal development server did not answer on ${address} within 60 s: ${String(lastError)}`);
+  throw new Error(`the Temporal server did not answer on ${address} within 60 s: ${String(lastError)}`);
 }
 
-/** Stops a child spawned under WATCHDOG: SIGTERM through its stdin (SIGKILL after 15 s), or SIGKILL at once. */
+/** Stops a process `spawnWatched` started (SIGTERM, SIGKILL after 15 s; or SIGKILL at once) and waits for it to exit. */
 export async function stopChild(child: ChildProcess, exited: Promise<number | null>, signal: 'SIGTERM' | 'SIGKILL'): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const group = -child.pid!;

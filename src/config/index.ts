@@ -8,6 +8,8 @@ import { workerConfig, type WorkerConfig } from './worker';
 import { ATTEMPT_TIMEOUT_LIMIT_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_ENDPOINT_CONCURRENCY, RETRY_INTERVAL_MS } from '../../workflows/policy';
 export type { PortalConfig, PortalTheme } from './portal';
 import { portalConfig, type PortalConfig } from './portal';
+export type { TemporalConfig, TemporalTlsConfig } from './temporal';
+import { loadTemporalConfig, type TemporalConfig } from './temporal';
 
 /**
  * Configuration from the environment, validated once at start. Development
@@ -114,13 +116,6 @@ export interface DeliveryConfig {
    * may shorten them (DELIVERY_TEST_PENDING_SWEEP_MS).
    */
   pendingSweep: { intervalMs: number; olderThanMs: number };
-}
-
-export interface TemporalConfig {
-  address: string;
-  namespace: string;
-  taskQueue: string;
-  searchAttributes: boolean;
 }
 
 export class ConfigError extends Error {
@@ -253,14 +248,7 @@ export function loadConfig(env: Env = process.env): Config {
     problems.push('DELIVERY_ALLOW_CIDRS must be empty in production (it bypasses the SSRF filter)');
   }
 
-  const temporal: TemporalConfig | null = env.TEMPORAL_ADDRESS
-    ? {
-        address: env.TEMPORAL_ADDRESS,
-        namespace: env.TEMPORAL_NAMESPACE || 'default',
-        taskQueue: env.TEMPORAL_TASK_QUEUE || 'webhook-deliveries',
-        searchAttributes: env.TEMPORAL_SEARCH_ATTRIBUTES === 'true',
-      }
-    : null;
+  const temporal = loadTemporalConfig(env, problems);
 
   // The activity's start-to-close and the lease are derived from this limit: a longer
   // deadline would let an attempt outlive the time Temporal gives it.

@@ -40,6 +40,7 @@ export {
 export { fanOutInsert, deliveredJson, deliveredOf, DELIVERY_EVENT_UNIQUE, type FanOutRow, type DeliveredRow, type DeliveredJson } from './fan-out';
 export { EmbeddedDeliveryEngine } from './embedded-engine';
 export { TemporalDeliveryEngine, createTemporalClient, DELIVERY_SEARCH_ATTRIBUTES } from './temporal-engine';
+export { temporalConnectionOptions, type TemporalConnectionOptions } from './temporal-connection';
 export { workflowIdFor, workflowIdParts, workflowUiLink, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';

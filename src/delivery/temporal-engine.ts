@@ -10,7 +10,9 @@ import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair
 import { temporalClientInterceptors } from '../tracing';
 import type { deliverWebhook } from '../../workflows/delivery';
 import { OUTCOME_ATTRIBUTES, RELEASE_SIGNAL, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import type { TemporalConfig } from '../config';
 import type { DeliveryEngine, DeliveryMeta, DeliveryRef } from './contract';
+import { temporalConnectionOptions } from './temporal-connection';
 import { workflowIdFor } from './workflow-id';
 import { WorkflowStarts, type StartOutcome } from './workflow-starts';
 import type { Logger } from '../config';
@@ -165,11 +167,8 @@ const RECONNECT_QUICKLY = { 'grpc.initial_reconnect_backoff_ms': 250, 'grpc.max_
  * wait as pending rows, which the sweep starts once it answers), and `reachable` says
  * whether it answers now, for /readyz and the metrics.
  */
-export function createTemporalClient(options: {
-  address: string;
-  namespace: string;
-}): { client: Client; reachable: () => Promise<boolean>; close: () => Promise<void> } {
-  const connection = Connection.lazy({ address: options.address, connectTimeout: 2_000, channelArgs: RECONNECT_QUICKLY });
+export function createTemporalClient(options: TemporalConfig): { client: Client; reachable: () => Promise<boolean>; close: () => Promise<void> } {
+  const connection = Connection.lazy({ ...temporalConnectionOptions(options), connectTimeout: 2_000, channelArgs: RECONNECT_QUICKLY });
   const client = new Client({ connection, namespace: options.namespace, interceptors: temporalClientInterceptors() });
   return {
     client,

@@ -7,6 +7,7 @@ import { startTracing, workerTracing } from '../tracing';
 import { activityDepsFromConfig, createActivities } from './activities';
 import { DeliveryMetrics } from './metrics';
 import { DeliveryRecords } from './records';
+import { temporalConnectionOptions } from './temporal-connection';
 import { serveWorkerEndpoints } from './worker-endpoints';
 import { workerOptionsFrom } from './worker-options';
 import { installWorkerTelemetry } from './worker-telemetry';
@@ -32,7 +33,7 @@ async function main(): Promise<void> {
   const records = new DeliveryRecords({ retryIntervalMs: config.delivery.retryIntervalMs, endpointConcurrency: config.delivery.endpointConcurrency });
   const metrics = new DeliveryMetrics(registry, { orm, records });
   const telemetry = await installWorkerTelemetry();
-  const connection = await NativeConnection.connect({ address: config.temporal.address });
+  const connection = await NativeConnection.connect(temporalConnectionOptions(config.temporal));
   let worker: Worker | null = null;
   const server = await serveWorkerEndpoints({ port: config.workerMetricsPort, host: config.host, registry, orm, logger, running: () => worker?.getState() === 'RUNNING', more: telemetry.sdkMetrics });
   try {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, makeTelemetryFilterString, NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { activityDepsFromConfig, createActivities, type DeliveryEvent } from '../../src/delivery';
+import { activityDepsFromConfig, createActivities, temporalConnectionOptions, type DeliveryEvent } from '../../src/delivery';
 import { createLogger } from '../../src/config/logger';
 import { tracingOn, workerTracing } from '../../src/tracing';
 import { startTestApp, type TestApp, type TestAppOptions } from './app';
@@ -58,7 +58,9 @@ export async function startEngineApp(engine: EngineName, env: Record<string, str
   const address = testTemporalAddress();
   const taskQueue = `deliveries-${randomBytes(6).toString('hex')}`;
   const t = await startTestApp({ TEMPORAL_ADDRESS: address, TEMPORAL_TASK_QUEUE: taskQueue, TEMPORAL_SEARCH_ATTRIBUTES: 'true', ...env }, options);
-  const connection = await NativeConnection.connect({ address });
+  // The app's own settings: a run against a server with TLS or an API key connects as the service does.
+  const connectionOptions = temporalConnectionOptions(t.config.temporal!);
+  const connection = await NativeConnection.connect(connectionOptions);
   const worker = await Worker.create({
     connection,
     taskQueue,
@@ -77,7 +79,7 @@ export async function startEngineApp(engine: EngineName, env: Record<string, str
     ),
   });
   const running = worker.run();
-  const client = new Client({ connection: await Connection.connect({ address }) });
+  const client = new Client({ connection: await Connection.connect(connectionOptions) });
 
   async function idle(): Promise<void> {
     for (;;) {

@@ -40,54 +40,87 @@ async function loadX509(): Promise<X509> {
   return import('@peculiar/x509');
 }
 
-async function generate(): Promise<TestTls> {
+/** A CA whose certificates each call issues; the same CA signs a server's and its clients' certificates. */
+interface Authority {
+  x509: X509;
+  keys: webcrypto.CryptoKeyPair;
+  cert: X509Module.X509Certificate;
+  notBefore: Date;
+  notAfter: Date;
+}
+
+async function newAuthority(name: string): Promise<Authority> {
   const x509 = await loadX509();
-  const crypto = webcrypto;
-  x509.cryptoProvider.set(crypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+  x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
   // Back-dated a day so clock skew between processes never makes it "not yet valid".
   const notBefore = new Date(Date.now() - DAY_MS);
   const notAfter = new Date(Date.now() + 30 * DAY_MS);
-
-  const caKeys = (await crypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
-  const ca = await x509.X509CertificateGenerator.createSelfSigned({
-    name: 'CN=Webhook Test CA',
-    keys: caKeys,
+  const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+    name: `CN=${name}`,
+    keys,
     notBefore,
     notAfter,
     signingAlgorithm: ALGORITHM,
     extensions: [
       new x509.BasicConstraintsExtension(true, 0, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
-      await x509.SubjectKeyIdentifierExtension.create(caKeys.publicKey),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
     ],
   });
+  return { x509, keys, cert, notBefore, notAfter };
+}
 
-  const serverKeys = (await crypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
-  const server = await x509.X509CertificateGenerator.create({
-    subject: 'CN=localhost',
-    issuer: ca.subject,
-    publicKey: serverKeys.publicKey,
-    signingKey: caKeys.privateKey,
-    notBefore,
-    notAfter,
+/** A leaf certificate: for a server (valid for loopback's names) or for a client (mTLS). */
+async function issue(ca: Authority, subject: string, use: 'server' | 'client'): Promise<{ certPem: string; keyPem: string }> {
+  const { x509 } = ca;
+  const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const cert = await x509.X509CertificateGenerator.create({
+    subject: `CN=${subject}`,
+    issuer: ca.cert.subject,
+    publicKey: keys.publicKey,
+    signingKey: ca.keys.privateKey,
+    notBefore: ca.notBefore,
+    notAfter: ca.notAfter,
     signingAlgorithm: ALGORITHM,
     extensions: [
       new x509.BasicConstraintsExtension(false, undefined, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
-      new x509.SubjectAlternativeNameExtension([
-        { type: 'dns', value: 'localhost' },
-        { type: 'ip', value: '127.0.0.1' },
-        { type: 'ip', value: '::1' },
-      ]),
-      await x509.AuthorityKeyIdentifierExtension.create(caKeys.publicKey),
+      new x509.ExtendedKeyUsageExtension([use === 'server' ? x509.ExtendedKeyUsage.serverAuth : x509.ExtendedKeyUsage.clientAuth]),
+      ...(use === 'server'
+        ? [
+            new x509.SubjectAlternativeNameExtension([
+              { type: 'dns', value: 'localhost' },
+              { type: 'ip', value: '127.0.0.1' },
+              { type: 'ip', value: '::1' },
+            ]),
+          ]
+        : []),
+      await x509.AuthorityKeyIdentifierExtension.create(ca.keys.publicKey),
     ],
   });
+  const pkcs8 = await webcrypto.subtle.exportKey('pkcs8', keys.privateKey);
+  return { certPem: cert.toString('pem'), keyPem: x509.PemConverter.encode(pkcs8, 'PRIVATE KEY') };
+}
 
-  const pkcs8 = await crypto.subtle.exportKey('pkcs8', serverKeys.privateKey);
-  return {
-    caPem: ca.toString('pem'),
-    certPem: server.toString('pem'),
-    keyPem: x509.PemConverter.encode(pkcs8, 'PRIVATE KEY'),
-  };
+async function generate(): Promise<TestTls> {
+  const ca = await newAuthority('Webhook Test CA');
+  const server = await issue(ca, 'localhost', 'server');
+  return { caPem: ca.cert.toString('pem'), ...server };
+}
+
+/** Mutual TLS: a CA of its own, a server certificate for loopback and client certificates it signed. */
+export interface MutualTls {
+  caPem: string;
+  server: { certPem: string; keyPem: string };
+  /** Certificates for clients, by name (the certificate's common name). */
+  clients: Record<string, { certPem: string; keyPem: string }>;
+}
+
+/** Fresh at every call: a server that asks for client certificates trusts only this CA. */
+export async function makeMutualTls(name: string, clientNames: string[]): Promise<MutualTls> {
+  const ca = await newAuthority(`${name} CA`);
+  const clients: MutualTls['clients'] = {};
+  for (const client of clientNames) clients[client] = await issue(ca, client, 'client');
+  return { caPem: ca.cert.toString('pem'), server: await issue(ca, 'localhost', 'server'), clients };
 }
