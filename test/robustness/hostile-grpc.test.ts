@@ -70,7 +70,7 @@ afterAll(async () => {
 const SERVICES: DescService[] = [ConnectionService, WebhookService, PostService, OperatorService, Health];
 const METHODS: DescMethod[] = SERVICES.flatMap((s) => s.methods.filter((m) => m.methodKind === 'unary'));
 /** RPCs that only read: a success is a fine answer to them. */
-const READS = new Set(['ListConnections', 'ListWebhooks', 'ListPosts', 'Check']);
+const READS = new Set(['ListConnections', 'ListWebhooks', 'ListPosts', 'ListEventTypes', 'GetWebhookStatistics', 'Check']);
 /** RPCs whose calls (refusals included) are audited once past authentication. */
 const AUDITED = new Set(['StartConnection', 'CompleteConnection', 'ConfirmConnection', 'DisableConnection', 'ReleaseHeldPosts']);
 /** Refusals of the caller itself: the only ones of an audited RPC that are not audited (there is no one to record). */

@@ -79,6 +79,8 @@ const ROUTES: RouteSpec[] = [
   { verb: 'GET', template: '/api/v1/webhooks/{id}/recoveries/{job_id}', reads: true },
   { verb: 'POST', template: '/api/v1/webhooks/{id}/pause', reads: false },
   { verb: 'POST', template: '/api/v1/webhooks/{id}/resume', reads: false },
+  { verb: 'GET', template: '/api/v1/webhooks/{id}/statistics', reads: true },
+  { verb: 'GET', template: '/api/v1/event-types', reads: true },
   { verb: 'POST', template: '/api/v1/posts', reads: false },
   { verb: 'GET', template: '/api/v1/posts', reads: true },
 ];
