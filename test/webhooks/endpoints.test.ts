@@ -164,6 +164,7 @@ it('lists every field of a delivery as stored, timestamps to the millisecond', a
       createdAt: '2026-03-04T05:05:00Z',
       updatedAt: '2026-03-04T05:05:37.123Z',
       workflowId: 'wf-retrying',
+      payloadState: 'available',
     },
     {
       id: delivered,
@@ -177,6 +178,7 @@ it('lists every field of a delivery as stored, timestamps to the millisecond', a
       updatedAt: '2026-03-04T05:00:00.250Z',
       deliveredAt: '2026-03-04T05:00:00.250Z',
       workflowId: 'wf-delivered',
+      payloadState: 'available',
     },
   ]);
   const grpc = await t.client(WebhookService, tenant.apiKey).listWebhooks({});
