@@ -28,6 +28,8 @@ beforeAll(async () => {
     TEMPORAL_TASK_QUEUE: `worker-shutdown-${randomBytes(6).toString('hex')}`,
     DELIVERY_EXTRA_CA_PEM: tls.caPem,
     INTERNAL_SERVICE_TOKENS: `publisher:${PUBLISHER_TOKEN}`,
+    // All ten in flight at once on the one endpoint: above the default cap of 4 turns.
+    DELIVERY_ENDPOINT_CONCURRENCY: String(IN_FLIGHT),
   };
   t = await startTestApp(env);
   worker = await startWorkerProcess({ ...env, DATABASE_URL: t.databaseUrl });

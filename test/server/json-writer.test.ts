@@ -148,6 +148,12 @@ function expectSameJson(desc: DescMessage, runs = 300): void {
   );
 }
 
+/**
+ * Answers holding google.protobuf.Struct (the event catalog's schemas and examples), which the
+ * compiled writer does not know: the gateway writes them with Protobuf-ES's own toJsonString.
+ */
+const PROTOBUF_ES_WRITTEN = new Set(['publishing.v1.ListEventTypesResponse']);
+
 describe('the REST answers JSON writer', () => {
   it('writes every field kind it knows exactly as Protobuf-ES toJsonString does', () => {
     const sample = sampleSchema();
@@ -156,7 +162,10 @@ describe('the REST answers JSON writer', () => {
   });
 
   it.each(PUBLIC_SERVICES.map((service) => [service.typeName, service] as const))('writes every answer of %s exactly as Protobuf-ES does', (_, service) => {
-    for (const method of service.methods) expectSameJson(method.output);
+    for (const method of service.methods) {
+      if (PROTOBUF_ES_WRITTEN.has(method.output.typeName)) expect(jsonWriterOf(method.output)).toBeFalsy();
+      else expectSameJson(method.output);
+    }
   });
 
   it('writes the webhook list, the largest answer, exactly as Protobuf-ES does', () => {
