@@ -85,6 +85,9 @@ export interface Delivery {
   lastResponseStatus?: number;
   createdAt: string;
   deliveredAt?: string;
+  /** "available", or "expired" (the plan's retention) or "erased" (on request): then the payload is empty. */
+  payloadState?: string;
+  payloadRemovedAt?: string;
 }
 
 export interface Attempt {

@@ -97,9 +97,16 @@ export function DeliveryPage({ id, deliveryId, can }: { id: string; deliveryId: 
             </section>
             <section aria-labelledby="payload">
               <h2 id="payload">Payload</h2>
-              <pre className="payload" tabIndex={0} aria-label="Payload as sent">
-                {pretty(d.payload ?? '')}
-              </pre>
+              {d.delivery.payloadState === 'expired' || d.delivery.payloadState === 'erased' ? (
+                <p>
+                  {d.delivery.payloadState === 'erased' ? 'Payload erased on request' : "Payload expired under the plan's retention"}
+                  {d.delivery.payloadRemovedAt ? ` on ${when(d.delivery.payloadRemovedAt)}` : ''}: the delivery, its status and its attempts are kept.
+                </p>
+              ) : (
+                <pre className="payload" tabIndex={0} aria-label="Payload as sent">
+                  {pretty(d.payload ?? '')}
+                </pre>
+              )}
             </section>
           </>
         )}

@@ -1,6 +1,7 @@
 import type { Browser, Page } from 'playwright-core';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
 import { PortalService } from '../../src/gen/publishing/internal/v1/portal_service_pb';
+import { OperatorService } from '../../src/gen/publishing/operator/v1/operator_service_pb';
 import { ENGINES, startEngineApp, type EngineApp } from '../support/engines';
 import { makeTestTls } from '../support/tls';
 import { within } from '../support/within';
@@ -165,7 +166,7 @@ describe.each(ENGINES)('the customer portal on the %s engine', (engine) => {
   }, 120_000);
 
   if (engine === 'embedded') {
-    it('shows a payload and an answer holding markup as text, never as HTML, and is refused once revoked', async () => {
+    it('shows a payload and an answer holding markup as text, never as HTML, neither once erased, and is refused once revoked', async () => {
       const tenant = await t.tenant();
       const created = await t.rest('POST', '/api/v1/webhooks', { apiKey: tenant.apiKey, body: { url: `${receiver.url}/html`, eventNames: ['note.created'] } });
       const endpointId = created.body.endpoint.id as string;
@@ -188,6 +189,22 @@ describe.each(ENGINES)('the customer portal on the %s engine', (engine) => {
       expect(await page.locator('main img, main script').count()).toBe(0);
       // A read-only session shows no action, and the server refuses one all the same.
       expect(await page.getByRole('button', { name: 'Resend' }).count()).toBe(0);
+
+      // Erased on request (the operator's EraseDeliveryData, once the delivery has finished): the
+      // page says so, and neither the payload nor the receiver's answer is shown any more.
+      expect(
+        await within(30_000, async () => {
+          const [row] = await t.orm.em.fork().execute<{ status: string }[]>('select status from webhook_deliveries where id = ?', [deliveryId]);
+          return row?.status === 'dead_lettered';
+        }),
+      ).toBe(true);
+      const erased = await t.client(OperatorService, t.config.operatorToken).eraseDeliveryData({ organizationId: tenant.organizationId, eventId: 'note-1', reason: 'customer request' });
+      expect(erased.payloadsErased).toBe(1n);
+      await page.reload();
+      await page.getByText('Payload erased on request').waitFor();
+      expect(await page.getByLabel('Payload as sent').count()).toBe(0);
+      expect(await page.locator('.excerpt').count()).toBe(0);
+      expect(await page.content()).not.toContain('__injected=2');
 
       await page.goto(`${t.url}/portal/#/catalog`);
       await page.getByRole('heading', { name: 'Event catalog', level: 1 }).waitFor();
