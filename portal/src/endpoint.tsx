@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from 'react';
 import { api, type ApiError, type Endpoint } from './api';
-import { EventPicker, SCHEMES } from './endpoints';
+import { EventPicker, SchemeField } from './endpoints';
 import { DeliveryLog } from './log';
 import { RecoverPanel } from './recover';
 import { StatisticsPanel } from './statistics';
@@ -152,16 +152,7 @@ function EditEndpoint({ endpoint, path, onSaved }: { endpoint: Endpoint; path: s
           Description
           <input value={description} maxLength={500} onChange={(e) => setDescription(e.target.value)} />
         </label>
-        <label className="field">
-          Signature scheme (a change mints a new secret)
-          <select value={scheme} onChange={(e) => setScheme(e.target.value)}>
-            {SCHEMES.map((s) => (
-              <option key={s.value} value={s.value}>
-                {s.label}
-              </option>
-            ))}
-          </select>
-        </label>
+        <SchemeField label="Signature scheme (a change mints a new secret)" value={scheme} onChange={setScheme} />
         <EventPicker selected={eventNames} onChange={setEventNames} />
         {error && <ErrorNote error={error} />}
         <button type="submit" className="primary" disabled={busy}>

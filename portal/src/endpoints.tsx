@@ -146,11 +146,27 @@ export function EventPicker({ selected, onChange }: { selected: string[]; onChan
   );
 }
 
-export const SCHEMES = [
+const SCHEMES = [
   { value: 'legacy', label: 'Legacy (x-service-signature)' },
   { value: 'standard', label: 'Standard Webhooks (webhook-signature)' },
   { value: 'both', label: 'Both sets of headers' },
 ];
+
+/** The signature scheme's picker, on the create form and the edit form alike. */
+export function SchemeField({ label, value, onChange }: { label: string; value: string; onChange: (scheme: string) => void }) {
+  return (
+    <label className="field">
+      {label}
+      <select value={value} onChange={(e) => onChange(e.target.value)}>
+        {SCHEMES.map((s) => (
+          <option key={s.value} value={s.value}>
+            {s.label}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+}
 
 function CreateEndpoint({ onCreated }: { onCreated: (created: { signingSecret?: string }) => void }) {
   const [url, setUrl] = useState('');
@@ -188,16 +204,7 @@ function CreateEndpoint({ onCreated }: { onCreated: (created: { signingSecret?: 
           Description
           <input value={description} maxLength={500} onChange={(e) => setDescription(e.target.value)} />
         </label>
-        <label className="field">
-          Signature scheme
-          <select value={scheme} onChange={(e) => setScheme(e.target.value)}>
-            {SCHEMES.map((s) => (
-              <option key={s.value} value={s.value}>
-                {s.label}
-              </option>
-            ))}
-          </select>
-        </label>
+        <SchemeField label="Signature scheme" value={scheme} onChange={setScheme} />
         <EventPicker selected={eventNames} onChange={setEventNames} />
         {error && <ErrorNote error={error} />}
         <button type="submit" className="primary" disabled={busy}>
