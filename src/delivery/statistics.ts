@@ -35,18 +35,18 @@ export interface EndpointStatistics {
 }
 
 /** Response-time buckets per roll-up row: a quarter power of two wide, from 1 ms to about 46 s. */
-export const RESPONSE_BUCKETS = 64;
+const RESPONSE_BUCKETS = 64;
 
 /**
  * The response time a bucket stands for: the geometric middle of its bounds, within 9.1 %
  * (2^(1/8)) of any time it holds; 1 ms for the first (up to 1 ms).
  */
-export function responseTimeEstimate(bucket: number): number {
+function responseTimeEstimate(bucket: number): number {
   return bucket <= 1 ? 1 : 2 ** ((bucket - 1.5) / 4);
 }
 
 /** The nearest-rank percentile `p` (0–1) of the times the bucket counts describe, as an estimate; null when they count none. */
-export function bucketPercentile(counts: readonly number[], p: number): number | null {
+function bucketPercentile(counts: readonly number[], p: number): number | null {
   const total = counts.reduce((sum, n) => sum + n, 0);
   if (total === 0) return null;
   const rank = Math.max(1, Math.ceil(p * total));
