@@ -3,9 +3,12 @@
  * "Endpoint statistics"): `npm run bench:statistics`. A database of its own holds 1,000,000
  * deliveries spread round-robin over 50 endpoints and back in time over ~3 months, as figure
  * 2's history is (terminal statuses; 1–3 attempts each, 8 for a dead-lettered one), with
- * their attempt rows (about 2.1 million). Then GetWebhookStatistics's work (the endpoint's
- * lookup and the one statement) runs back to back for one endpoint and each period, and the
- * p50 and p95 of the calls are printed. Goal: p95 ≤ 50 ms for every period.
+ * their attempt rows (about 2.1 million). The rows are written after the migrations, as a
+ * history that predates the hourly roll-ups: the roll-up pass then catches up on them as it
+ * would in production (StatisticsRollup.catchUp, its batches and pauses), and its time is
+ * printed. Then GetWebhookStatistics's work (the endpoint's lookup and the one statement)
+ * runs back to back for one endpoint and each period, and the p50 and p95 of the calls are
+ * printed. Goal: p95 ≤ 50 ms for every period.
  */
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
@@ -13,6 +16,8 @@ import { databaseAt, ensureServiceRoles, migrate, openDatabase } from '../src/db
 import { createOrganization } from '../src/auth';
 import { insertEndpoint } from '../src/endpoints';
 import { statisticsAnswer, STATISTICS_PERIODS } from '../src/webhooks/insight';
+import { StatisticsRollup } from '../src/delivery';
+import { createLogger } from '../src/config/logger';
 import { ADMIN_URL, HISTORY_ROWS, log } from './harness';
 import { DELIVERY_COLUMNS } from './context';
 
@@ -99,6 +104,14 @@ async function main(): Promise<number> {
     const [{ attempts } = { attempts: 0 }] = await em.execute<{ attempts: number }[]>('select count(*)::int as attempts from delivery_attempts');
     log(`  inserted in ${((performance.now() - started) / 1000).toFixed(1)} s (${attempts.toLocaleString('en-US')} attempts)`);
 
+    const caughtUp = performance.now();
+    const rolled = await new StatisticsRollup({ orm, logger: createLogger('warn'), intervalMs: 60_000 }).catchUp();
+    const [{ hours } = { hours: 0 }] = await em.execute<{ hours: number }[]>('select count(*)::int as hours from endpoint_statistics_hours');
+    log(`statistics roll-up: caught up on ${rolled.toLocaleString('en-US')} deliveries in ${((performance.now() - caughtUp) / 1000).toFixed(1)} s (${hours.toLocaleString('en-US')} endpoint-hours)`);
+    // As autovacuum's analyze would after the pass changed every row: the planner sees that few are left to roll up.
+    await em.execute('analyze endpoint_statistics_hours');
+    await em.execute('analyze webhook_deliveries');
+
     const endpointId = endpointIds[0]!;
     let failed = false;
     for (const period of Object.keys(STATISTICS_PERIODS)) {
@@ -116,11 +129,11 @@ async function main(): Promise<number> {
       if (p95 > GOAL_P95_MS) failed = true;
       log(`statistics ${period}: ${total.toLocaleString('en-US')} deliveries of the endpoint; p50 ${percentile(times, 50).toFixed(1)} ms, p95 ${p95.toFixed(1)} ms over ${CALLS} calls (${verdict} p95 ≤ ${GOAL_P95_MS} ms)`);
     }
-    const [plan] = await em.execute<{ 'QUERY PLAN': string }[]>(
-      `explain select count(*) from webhook_deliveries where endpoint_id = ? and organization_id = ? and created_at >= now() - interval '30 days'`,
-      [endpointId, organization.id],
+    const plan = await em.execute<{ 'QUERY PLAN': string }[]>(
+      `explain select count(*) from webhook_deliveries where endpoint_id = ? and created_at >= now() - interval '30 days' and statistics_series is distinct from series`,
+      [endpointId],
     );
-    log(`plan of the period's scan: ${plan?.['QUERY PLAN'] ?? '?'}`);
+    log(`plan of the read of what is not rolled up:\n${plan.map((line) => `  ${line['QUERY PLAN']}`).join('\n')}`);
     return failed ? 1 : 0;
   } finally {
     await orm.close();

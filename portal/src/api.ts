@@ -69,6 +69,10 @@ export interface Endpoint {
   signatureScheme: string;
   createdAt: string;
   pausedAt?: string;
+  /** "customer" (paused through the API or this page) or "failing" (paused by the service); absent unless paused. */
+  pauseReason?: string;
+  /** A pause for failing: when the failures that led to it began. */
+  failingSince?: string;
   secretRotation?: { startedAt: string; endsAt: string; previousSignatureScheme: string };
   recentDeliveries?: Delivery[];
 }

@@ -43,6 +43,7 @@ export function EndpointPage({ id, can }: { id: string; can: (capability: string
             <dd>
               <StatusBadge status={e.state} />
             </dd>
+            {e.state === 'paused' && <PauseFacts endpoint={e} />}
             <dt>Description</dt>
             <dd>{e.description || '—'}</dd>
             <dt>Events</dt>
@@ -94,6 +95,21 @@ export function EndpointPage({ id, can }: { id: string; can: (capability: string
         </>
       )}
     </Show>
+  );
+}
+
+/** Why and since when the endpoint is paused: by a person, or by the service because its deliveries kept failing. */
+function PauseFacts({ endpoint: e }: { endpoint: Endpoint }) {
+  const failing = e.pauseReason === 'failing';
+  return (
+    <>
+      <dt>Paused</dt>
+      <dd>
+        {failing
+          ? `automatically, on ${when(e.pausedAt)}: its deliveries kept failing${e.failingSince ? ` since ${when(e.failingSince)}` : ''}. Deliveries are held; a test event still goes out, and one that is delivered (or Resume) lifts the pause.`
+          : `on ${when(e.pausedAt)}, by your organization. Deliveries are held until you resume.`}
+      </dd>
+    </>
   );
 }
 

@@ -69,6 +69,8 @@ export interface RetentionConfig {
   batchSize: number;
   /** Pause after a full batch. */
   batchPauseMs: number;
+  /** From the end of one statistics roll-up pass to the start of the next (src/delivery/statistics.ts). */
+  statisticsIntervalMs: number;
 }
 
 export interface InternalServiceToken {
@@ -294,6 +296,7 @@ export function loadConfig(env: Env = process.env): Config {
       sweepIntervalMs: int('RETENTION_SWEEP_INTERVAL_MS', 10 * 60_000, 1000, 24 * 60 * 60_000),
       batchSize: int('RETENTION_BATCH_SIZE', 1000, 1, 10_000),
       batchPauseMs: int('RETENTION_BATCH_PAUSE_MS', 100, 0, 60_000),
+      statisticsIntervalMs: int('STATISTICS_ROLLUP_INTERVAL_MS', 10_000, 100, 24 * 60 * 60_000),
     },
     workerMetricsPort: int('WORKER_METRICS_PORT', 9464, 0, 65535),
     worker: workerConfig(env, int, problems, attemptTimeoutMs),

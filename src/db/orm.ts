@@ -16,6 +16,7 @@ import { Migration20261126000000SigningSchemes } from './migrations/Migration202
 import { Migration20261127100000EndpointTurns } from './migrations/Migration20261127100000EndpointTurns';
 import { Migration20261127200000PortalSessions } from './migrations/Migration20261127200000PortalSessions';
 import { Migration20261127300000Retention } from './migrations/Migration20261127300000Retention';
+import { Migration20261128000000EndpointStatistics } from './migrations/Migration20261128000000EndpointStatistics';
 
 export type { EntityManager };
 export { LockMode, MikroORM };
@@ -34,6 +35,7 @@ const MIGRATIONS = [
   { name: 'Migration20261127100000EndpointTurns', class: Migration20261127100000EndpointTurns },
   { name: 'Migration20261127200000PortalSessions', class: Migration20261127200000PortalSessions },
   { name: 'Migration20261127300000Retention', class: Migration20261127300000Retention },
+  { name: 'Migration20261128000000EndpointStatistics', class: Migration20261128000000EndpointStatistics },
 ];
 
 /**

@@ -44,4 +44,4 @@ export { temporalConnectionOptions, type TemporalConnectionOptions } from './tem
 export { workflowIdFor, workflowIdParts, workflowUiLink, MAX_DELIVERY_WORKFLOW_ID_LENGTH, DELIVERY_WORKFLOW_ID_PREFIX } from './workflow-id';
 export { PendingDeliverySweeper } from './pending-sweeper';
 export { DeliveryMetrics } from './metrics';
-export { endpointStatistics, type EndpointStatistics } from './statistics';
+export { endpointStatistics, rollUpStatistics, StatisticsRollup, type EndpointStatistics } from './statistics';

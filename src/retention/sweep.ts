@@ -12,7 +12,7 @@ import type {
   WebhookDeliverySchema,
   WebhookEndpointSchema,
 } from '../db';
-import type { DeliveryRecords } from '../delivery';
+import { rollUpStatistics, type DeliveryRecords } from '../delivery';
 import { expireEventPayloads } from '../events';
 import { deleteFinishedJobs } from '../recovery';
 import { organizationRetention, youngestHorizons } from '../endpoints';
@@ -41,6 +41,8 @@ export interface RetentionSweepOptions {
 
 /** What one pass removed. */
 export interface SweepPass {
+  /** Finished deliveries added to their endpoint's hourly statistics first, so that no figure loses what follows. */
+  statisticsRolledUp: number;
   payloadsExpired: number;
   eventPayloadsExpired: number;
   attemptsDeleted: number;
@@ -96,8 +98,10 @@ export class RetentionSweep {
 
   private async pass(): Promise<SweepPass> {
     const { records, batchSize } = this.options;
-    const pass: SweepPass = { payloadsExpired: 0, eventPayloadsExpired: 0, attemptsDeleted: 0, recoveryJobsDeleted: 0, batches: 0 };
+    const pass: SweepPass = { statisticsRolledUp: 0, payloadsExpired: 0, eventPayloadsExpired: 0, attemptsDeleted: 0, recoveryJobsDeleted: 0, batches: 0 };
     const steps: [keyof Omit<SweepPass, 'batches'>, (now: Date) => Promise<number>][] = [
+      // Attempts are deleted only once rolled up (deleteAttempts): roll up what the statistics pass has not reached yet.
+      ['statisticsRolledUp', () => rollUpStatistics(this.options.orm.em.fork(), batchSize)],
       ['payloadsExpired', (now) => records.expirePayloads(this.retention(now), youngestHorizons(now).payloadBefore, batchSize)],
       [
         'eventPayloadsExpired',

@@ -18,6 +18,7 @@ import {
   DeliveryRecords,
   EmbeddedDeliveryEngine,
   PendingDeliverySweeper,
+  StatisticsRollup,
   TemporalDeliveryEngine,
   type DeliveryEngine,
   type DeliveryEvent,
@@ -170,9 +171,11 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     pages: new PortalPages({ orm, sessions: portalSessions, config: config.portal, publicUrl: () => publicUrl.get(), logger }),
   };
   const retention = new RetentionSweep({ orm, records: delivery.records, logger, now, intervalMs: config.retention.sweepIntervalMs, batchSize: config.retention.batchSize, pauseMs: config.retention.batchPauseMs });
+  const statistics = new StatisticsRollup({ orm, logger, intervalMs: config.retention.statisticsIntervalMs });
   delivery.embedded?.begin();
   recovery.begin();
   retention.start();
+  statistics.start();
   if (config.delivery.autoPause.deadLetters > 0) failingEndpoints.begin();
 
   const shutdown = new ShutdownReadiness();
@@ -204,6 +207,7 @@ export async function createDependencies(options: BuildOptions): Promise<Depende
     shutdown,
     async close() {
       await retention.stop();
+      await statistics.stop();
       await failingEndpoints.close();
       await recovery.close();
       await delivery.close();

@@ -35,14 +35,21 @@ export function eventTypesAnswer(): ListEventTypesResponse {
   return catalogAnswer;
 }
 
-/** GetWebhookStatistics: the endpoint's deliveries of the period, in one statement after the endpoint's lookup. */
+const HOUR_MS = 3_600_000;
+
+/**
+ * GetWebhookStatistics: the endpoint's deliveries of the period, in one statement after the
+ * endpoint's lookup. The period starts at the start of its first hour (so 24 h is 24 to 25
+ * hours): the figures are kept by hour (src/delivery/statistics.ts).
+ */
 export async function statisticsAnswer(em: EntityManager, organizationId: string, endpointId: string, period: string, now: number): Promise<GetWebhookStatisticsResponse> {
   const name = period === '' ? '24h' : period;
   if (!Object.hasOwn(STATISTICS_PERIODS, name)) {
     throw apiError('STATISTICS_PERIOD_INVALID', `The period is one of ${Object.keys(STATISTICS_PERIODS).join(', ')}.`);
   }
   const endpoint = await organizationEndpoint(em, organizationId, endpointId);
-  const sinceMs = now - STATISTICS_PERIODS[name as keyof typeof STATISTICS_PERIODS];
+  // From the start of the hour the period begins in: the figures are kept by hour.
+  const sinceMs = Math.floor((now - STATISTICS_PERIODS[name as keyof typeof STATISTICS_PERIODS]) / HOUR_MS) * HOUR_MS;
   const stats = await endpointStatistics(em, { organizationId, endpointId: endpoint.id, since: new Date(sinceMs) });
   const count = (status: string) => stats.byStatus[status] ?? 0;
   const finished = count('delivered') + count('dead_lettered') + count('failed');

@@ -120,6 +120,11 @@ describe.each(ENGINES)('the customer portal on the %s engine', (engine) => {
     await page.getByText('Paused: deliveries are held').waitFor();
     const paused = await t.orm.em.fork().execute<{ paused_at: Date | null }[]>('select paused_at from webhook_endpoints where id = ?', [stored!.id]);
     expect(paused[0]!.paused_at).not.toBeNull();
+    await page.getByText(/, by your organization\. Deliveries are held until you resume\./).waitFor();
+    // The service's own pause, as the failing-endpoint pass writes it: the page says why and since when.
+    await t.orm.em.fork().execute(`update webhook_endpoints set pause_reason = 'failing', failing_since = now() - interval '5 days' where id = ?`, [stored!.id]);
+    await page.reload();
+    await page.getByText(/automatically, on .+: its deliveries kept failing since .+\. Deliveries are held; a test event still goes out/).waitFor();
     await page.getByRole('button', { name: 'Resume' }).click();
     await page.getByText('Resumed: held deliveries go out now.').waitFor();
 

@@ -51,7 +51,8 @@ export const expirePayloads = statementPart((qc: QueryCreator<Tables & Retention
 
 /**
  * Deletes up to `limit` attempts of finished deliveries started before their organization's
- * attempt horizon, oldest first along the attempts' start index. The delivery keeps its count.
+ * attempt horizon, oldest first along the attempts' start index, once the statistics roll-up
+ * has counted them. The delivery keeps its count.
  */
 export const deleteAttempts = statementPart((qc: QueryCreator<Tables & RetentionCte>, youngest: Date, limit: number) =>
   qc
@@ -66,6 +67,8 @@ export const deleteAttempts = statementPart((qc: QueryCreator<Tables & Retention
         .where('a.finished_at', 'is not', null)
         // An open delivery's attempts are its schedule's record: they go once it has finished.
         .where('d.status', 'in', FINAL_STATUSES)
+        // Its endpoint's hourly statistics hold it first (src/delivery/statistics.ts), so no figure loses it.
+        .where(sql<boolean>`d.statistics_series = d.series`)
         .orderBy('a.started_at')
         .limit(limit)
         .forUpdate('a')
