@@ -1,17 +1,18 @@
 import { sql, type Kysely, type QueryCreator } from 'kysely';
-import { CompiledStatement, epochMs, type EntityManager, type SignatureScheme } from '../../db';
+import { CompiledStatement, epochMs, type DeliveryStatus, type EntityManager, type SignatureScheme } from '../../db';
 import { IN_FLIGHT_BOUND_MS, MAX_ATTEMPTS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
-import { fail, failedColumns, heldColumns, hold } from './outcomes';
+import { failedColumns, heldColumns } from './outcomes';
 import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type Tables } from './rows';
 
 /**
  * How an attempt starts: the embedded engine's claim of due deliveries (claimDue, with its
  * lease and renewLease), and beginAttempt, which decides under the row's lock what the
- * attempt may do and writes it. Both run one statement (beginStatement, compiled once);
- * the rare takeover of an attempt left dispatched, or of a row another executor wrote to
- * meanwhile, runs as a transaction, step by step. DeliveryRecords (index.ts) is the
- * door; what each promises is written there.
+ * attempt may do and writes it. Both run one statement (beginStatement, compiled once), the
+ * one place that decides whether an attempt may begin; the rare takeover of an attempt left
+ * dispatched, or of a row another executor wrote to meanwhile, closes the interrupted
+ * attempt in a transaction and runs the same statement there. DeliveryRecords (index.ts) is
+ * the door; what each promises is written there.
  */
 
 /** What beginAttempt decided. */
@@ -174,7 +175,8 @@ export async function giveBackLease(em: EntityManager, deliveryId: string, owner
  * One statement decides and writes, so the common path costs one round trip. It reads
  * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
  * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
- * unfinished, the rare takeover runs as a transaction, each step seeing the latest rows.
+ * unfinished, the rare takeover closes that attempt in a transaction and runs the same
+ * statement there, on the latest rows.
  */
 export async function beginAttempt(em: EntityManager, schedule: Schedule, ref: DeliveryRef): Promise<AttemptStart> {
   const now = new Date(schedule.now());
@@ -202,101 +204,81 @@ async function beginAttempts(em: EntityManager, schedule: Schedule, now: Date, w
 }
 
 /**
- * beginAttempt step by step, under the row's lock: the path of an attempt left
- * dispatched but unfinished (its executor died or lost its lease after sending), and of a
- * row another executor wrote to while the one-statement path waited for it.
+ * The takeover: the path of an attempt left dispatched but unfinished (its executor died or
+ * lost its lease after sending), and of a row another executor wrote to while the
+ * one-statement path waited for it. Under the row's lock it closes the interrupted attempt
+ * (and answers `wait` while that attempt's interval runs), then runs beginStatement itself:
+ * inside the transaction the row no longer changes under it and no attempt is left open, so
+ * the statement decides as on the common path.
  */
 async function beginAttemptInTransaction(em: EntityManager, schedule: Schedule, ref: DeliveryRef): Promise<AttemptStart> {
   return em.transactional(async (tx) => {
     const k = db(tx);
     const now = new Date(schedule.now());
-    const row = await attemptSource(k)
-      .select('e.disabled_at')
-      .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'), eb.ref('d.event_type')).as('stopped'))
-      .where('d.id', '=', ref.deliveryId)
-      .where('d.organization_id', '=', ref.organizationId)
-      .forUpdate('d')
+    const row = await k
+      .selectFrom('webhook_deliveries')
+      .select(['status', 'series', 'attempt_count'])
+      .where('id', '=', ref.deliveryId)
+      .where('organization_id', '=', ref.organizationId)
+      .forUpdate()
       .executeTakeFirst();
     if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
-    if (row.status === 'delivered') return { kind: 'delivered', attempt: row.attempt_count, status: row.last_response_status ?? 200 };
-    if (row.status === 'failed') return { kind: 'gone', reason: 'The delivery already failed.' };
-    if (row.status === 'dead_lettered') return { kind: 'exhausted', sent: row.attempt_count };
-
-    let sent = row.attempt_count;
-    const open = await k
-      .selectFrom('delivery_attempts')
-      .select(['attempt', epochMs('dispatched_at').as('dispatchedAtMs')])
-      .where('delivery_id', '=', ref.deliveryId)
-      .where('series', '=', row.series)
-      .where('finished_at', 'is', null)
-      .where('dispatched_at', 'is not', null)
-      .executeTakeFirst();
-    if (open) {
-      // Its executor died (or lost its lease) after sending: the receiver may have it, so it counts.
-      sent = Math.max(sent, open.attempt);
-      await k
-        .updateTable('delivery_attempts')
-        .set({ finished_at: now, error: INTERRUPTED_ATTEMPT, error_class: 'interrupted' })
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('series', '=', row.series)
-        .where('attempt', '=', open.attempt)
-        .execute();
-      const until = new Date(open.dispatchedAtMs + schedule.retryIntervalMs);
-      const waiting = sent < MAX_ATTEMPTS && until > now;
-      await k
-        .updateTable('webhook_deliveries')
-        .set({
-          status: 'retrying',
-          attempt_count: sent,
-          last_error: INTERRUPTED_ATTEMPT,
-          last_response_status: null,
-          next_attempt_at: sent < MAX_ATTEMPTS ? (waiting ? until : now) : null,
-          ...(waiting && { lease_until: null, lease_owner: null }),
-          updated_at: now,
-        })
-        .where('id', '=', ref.deliveryId)
-        .execute();
-      if (waiting) return { kind: 'wait', until, sent };
+    if (isOpen(row.status)) {
+      const waiting = await closeInterrupted(k, schedule, ref, row, now);
+      if (waiting) return waiting;
     }
-
-    if (!row.endpoint_id || row.disabled_at) {
-      const reason = row.endpoint_id ? ENDPOINT_DISABLED : ENDPOINT_MISSING;
-      await fail(tx, schedule, ref, reason);
-      return { kind: 'gone', reason };
-    }
-    if (sent >= MAX_ATTEMPTS) return { kind: 'exhausted', sent };
-    if (row.stopped) {
-      await hold(tx, schedule, ref);
-      return { kind: 'held', sent };
-    }
-
-    const attempt = sent + 1;
-    // An attempt row its worker never sent from (it died while connecting) is taken over.
-    const claimed = await k
-      .insertInto('delivery_attempts')
-      .values({ delivery_id: ref.deliveryId, series: row.series, attempt, started_at: now })
-      .onConflict((oc) =>
-        oc
-          .columns(['delivery_id', 'series', 'attempt'])
-          .doUpdateSet({ started_at: now })
-          .where('delivery_attempts.dispatched_at', 'is', null)
-          .where('delivery_attempts.finished_at', 'is', null),
-      )
-      .returning('attempt')
-      .executeTakeFirst();
-    if (!claimed) throw new Error(`attempt ${attempt} of delivery ${ref.deliveryId} is already closed`);
-    return {
-      kind: 'send',
-      attempt,
-      startedAt: now,
-      url: row.url!,
-      payload: row.payload,
-      endpointId: row.endpoint_id,
-      secretKeyId: row.secret_key_id!,
-      secretCiphertext: Buffer.from(row.secret_ciphertext!),
-      ...signingOf(row),
-    };
+    const [begun] = await beginAttempts(tx, schedule, now, { ref });
+    const start = begun && attemptStart(begun, now);
+    if (!start) throw new Error(`attempt ${row.attempt_count + 1} of delivery ${ref.deliveryId} is already closed`);
+    return start;
   });
+}
+
+/**
+ * Closes the delivery's attempt left dispatched but unfinished, if any: its executor died
+ * (or lost its lease) after sending, so the receiver may have it and it counts. The next
+ * attempt is due one interval after it was sent; `wait` while that interval runs.
+ */
+async function closeInterrupted(
+  k: Kysely<Tables>,
+  schedule: Schedule,
+  ref: DeliveryRef,
+  row: { series: number; attempt_count: number },
+  now: Date,
+): Promise<Extract<AttemptStart, { kind: 'wait' }> | null> {
+  const open = await k
+    .selectFrom('delivery_attempts')
+    .select(['attempt', epochMs('dispatched_at').as('dispatchedAtMs')])
+    .where('delivery_id', '=', ref.deliveryId)
+    .where('series', '=', row.series)
+    .where('finished_at', 'is', null)
+    .where('dispatched_at', 'is not', null)
+    .executeTakeFirst();
+  if (!open) return null;
+  const sent = Math.max(row.attempt_count, open.attempt);
+  await k
+    .updateTable('delivery_attempts')
+    .set({ finished_at: now, error: INTERRUPTED_ATTEMPT, error_class: 'interrupted' })
+    .where('delivery_id', '=', ref.deliveryId)
+    .where('series', '=', row.series)
+    .where('attempt', '=', open.attempt)
+    .execute();
+  const until = new Date(open.dispatchedAtMs + schedule.retryIntervalMs);
+  const waiting = sent < MAX_ATTEMPTS && until > now;
+  await k
+    .updateTable('webhook_deliveries')
+    .set({
+      status: 'retrying',
+      attempt_count: sent,
+      last_error: INTERRUPTED_ATTEMPT,
+      last_response_status: null,
+      next_attempt_at: sent < MAX_ATTEMPTS ? (waiting ? until : now) : null,
+      ...(waiting && { lease_until: null, lease_owner: null }),
+      updated_at: now,
+    })
+    .where('id', '=', ref.deliveryId)
+    .execute();
+  return waiting ? { kind: 'wait', until, sent } : null;
 }
 
 /** What the statement behind beginAttempt and claimDue is executed with. */
@@ -318,7 +300,7 @@ interface BeginParams {
 
 /**
  * A delivery with its endpoint (none when it no longer exists) and the columns an attempt
- * starts from: what the one-statement begin and the takeover transaction both read.
+ * starts from.
  */
 function attemptSource(qc: QueryCreator<Tables>) {
   return qc
@@ -460,6 +442,10 @@ function fairTurns(qc: QueryCreator<Tables>, p: BeginParams) {
     .orderBy('due.turn')
     .orderBy('due.next_attempt_at')
     .limit(p.limit);
+}
+
+function isOpen(status: DeliveryStatus): boolean {
+  return (OPEN_STATUSES as readonly DeliveryStatus[]).includes(status);
 }
 
 /** What a begun row means for its attempt; null when beginAttempt's transaction must decide. */
