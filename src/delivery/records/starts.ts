@@ -3,7 +3,7 @@ import { CompiledStatement, epochMs, type DeliveryStatus, type EntityManager, ty
 import { IN_FLIGHT_BOUND_MS, MAX_ATTEMPTS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
 import { failedColumns, heldColumns } from './outcomes';
-import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type Tables } from './rows';
+import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type RecordsContext, type Schedule, type Tables } from './rows';
 
 /**
  * How an attempt starts: the embedded engine's claim of due deliveries (claimDue, with its
@@ -11,8 +11,8 @@ import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type 
  * attempt may do and writes it. Both run one statement (beginStatement, compiled once), the
  * one place that decides whether an attempt may begin; the rare takeover of an attempt left
  * dispatched, or of a row another executor wrote to meanwhile, closes the interrupted
- * attempt in a transaction and runs the same statement there. DeliveryRecords (index.ts) is
- * the door; what each promises is written there.
+ * attempt in a transaction and runs the same statement there. Methods of DeliveryRecords
+ * (index.ts).
  */
 
 /** What beginAttempt decided. */
@@ -129,61 +129,79 @@ const ENDPOINT_DISABLED = 'The endpoint is disabled.';
 const beginOne = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, false), { prepare: true });
 const claimAndBegin = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, true), { prepare: true });
 
-/** beginStatement over the due rows a claim may take, each leased or failed or held as it decided. */
-export async function claimDue(em: EntityManager, schedule: Schedule, options: ClaimOptions): Promise<ClaimedDelivery[]> {
-  if (options.limit <= 0) return [];
-  const now = new Date(schedule.now());
-  const rows = await beginAttempts(em, schedule, now, { claim: options });
-  return rows.map((row) => ({
-    ref: { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.delivery_endpoint_id, eventId: row.event_id },
-    start: attemptStart(row, now),
-  }));
-}
+export const startMethods = {
+  /**
+   * Embedded engine: leases up to `limit` due deliveries to `owner`, fairly across endpoints
+   * and within each endpoint's free turns (ClaimOptions), skipping rows another instance is
+   * claiming right now and the ones this instance is already working on, and begins the
+   * attempt of each in the same statement (beginStatement over the due rows a claim may take,
+   * each leased or failed or held as it decided). A claimed delivery whose `start` is null
+   * needs beginAttempt's transaction: an attempt of it was left dispatched but unfinished, or
+   * another executor wrote to it meanwhile.
+   */
+  async claimDue(this: RecordsContext, em: EntityManager, options: ClaimOptions): Promise<ClaimedDelivery[]> {
+    if (options.limit <= 0) return [];
+    const now = new Date(this.schedule.now());
+    const rows = await beginAttempts(em, this.schedule, now, { claim: options });
+    return rows.map((row) => ({
+      ref: { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.delivery_endpoint_id, eventId: row.event_id },
+      start: attemptStart(row, now),
+    }));
+  },
 
-export async function renewLease(em: EntityManager, schedule: Schedule, deliveryId: string, owner: string, leaseMs: number): Promise<boolean> {
-  const result = await db(em)
-    .updateTable('webhook_deliveries')
-    .set({ lease_until: new Date(schedule.now() + leaseMs) })
-    .where('id', '=', deliveryId)
-    .where('lease_owner', '=', owner)
-    .where('lease_until', 'is not', null)
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows) > 0;
-}
+  /** Embedded engine: keeps a lease alive while its owner works; false when the owner lost it. */
+  async renewLease(this: RecordsContext, em: EntityManager, deliveryId: string, owner: string, leaseMs: number): Promise<boolean> {
+    const result = await db(em)
+      .updateTable('webhook_deliveries')
+      .set({ lease_until: new Date(this.schedule.now() + leaseMs) })
+      .where('id', '=', deliveryId)
+      .where('lease_owner', '=', owner)
+      .where('lease_until', 'is not', null)
+      .executeTakeFirst();
+    return Number(result.numUpdatedRows) > 0;
+  },
 
-/**
- * How many of the endpoint's open deliveries were recorded before this one (up to `limit`):
- * its place in the endpoint's line, from which a delivery waiting for a turn sets its wait.
- */
-export async function placeInLine(em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
-  const { rows } = await sql<{ ahead: number }>`
-    select count(*)::int as ahead from (
-      select 1 from webhook_deliveries o
-       where o.endpoint_id = ${ref.endpointId}
-         and o.created_at < (select d.created_at from webhook_deliveries d where d.id = ${ref.deliveryId})
-         and o.status in ('pending', 'retrying')
-       limit ${limit}) ahead`.execute(db(em));
-  return rows[0]?.ahead ?? 0;
-}
+  /**
+   * A delivery's place among its endpoint's open deliveries: how many were recorded before
+   * it (up to `limit`), from which a delivery waiting for a turn sets its wait.
+   */
+  async placeInLine(this: RecordsContext, em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
+    const { rows } = await sql<{ ahead: number }>`
+      select count(*)::int as ahead from (
+        select 1 from webhook_deliveries o
+         where o.endpoint_id = ${ref.endpointId}
+           and o.created_at < (select d.created_at from webhook_deliveries d where d.id = ${ref.deliveryId})
+           and o.status in ('pending', 'retrying')
+         limit ${limit}) ahead`.execute(db(em));
+    return rows[0]?.ahead ?? 0;
+  },
 
-/** Lets a leased delivery go, due as it is: its endpoint's turns were all in flight, so it waits for the next claim. */
-export async function giveBackLease(em: EntityManager, deliveryId: string, owner: string): Promise<void> {
-  await db(em).updateTable('webhook_deliveries').set({ lease_until: null, lease_owner: null }).where('id', '=', deliveryId).where('lease_owner', '=', owner).execute();
-}
+  /** Embedded engine: gives a lease back, the delivery still due (its endpoint had no turn free), for the next claim. */
+  async giveBackLease(this: RecordsContext, em: EntityManager, deliveryId: string, owner: string): Promise<void> {
+    await db(em).updateTable('webhook_deliveries').set({ lease_until: null, lease_owner: null }).where('id', '=', deliveryId).where('lease_owner', '=', owner).execute();
+  },
 
-/**
- * One statement decides and writes, so the common path costs one round trip. It reads
- * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
- * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
- * unfinished, the rare takeover closes that attempt in a transaction and runs the same
- * statement there, on the latest rows.
- */
-export async function beginAttempt(em: EntityManager, schedule: Schedule, ref: DeliveryRef): Promise<AttemptStart> {
-  const now = new Date(schedule.now());
-  const [row] = await beginAttempts(em, schedule, now, { ref });
-  if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
-  return attemptStart(row, now) ?? beginAttemptInTransaction(em, schedule, ref);
-}
+  /**
+   * Starts an attempt. Under a lock on the delivery row, decides what the attempt may do:
+   * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
+   * switch or a paused endpoint holds it without using an attempt; an endpoint with all its
+   * turns in flight leaves it as it is (`turn`: try again shortly); otherwise the next
+   * attempt row is written (or the one a dead worker wrote but never sent is taken over) and
+   * the caller sends.
+   *
+   * One statement decides and writes, so the common path costs one round trip. It reads
+   * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
+   * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
+   * unfinished, the rare takeover closes that attempt in a transaction and runs the same
+   * statement there, on the latest rows.
+   */
+  async beginAttempt(this: RecordsContext, em: EntityManager, ref: DeliveryRef): Promise<AttemptStart> {
+    const now = new Date(this.schedule.now());
+    const [row] = await beginAttempts(em, this.schedule, now, { ref });
+    if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
+    return attemptStart(row, now) ?? beginAttemptInTransaction(em, this.schedule, ref);
+  },
+};
 
 /** Runs beginStatement for one delivery by reference, or for the due ones a claim may take. */
 async function beginAttempts(em: EntityManager, schedule: Schedule, now: Date, which: { ref: DeliveryRef } | { claim: ClaimOptions }) {
