@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { openDatabase, type MikroORM, databaseAt } from '../../src/db';
 import { DeliveryRecords, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, type ClaimOptions, type DeliveryRef } from '../../src/delivery';
-import { MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
+import { IN_FLIGHT_BOUND_MS, MAX_ATTEMPTS, RETRY_INTERVAL_MS } from '../../workflows/policy';
 import { createTestDatabase } from '../support/databases';
 import {
   endpoint,
@@ -346,6 +346,20 @@ describe('beginAttempt', () => {
       expect.objectContaining({ attempt: 1, finished_at: clock, error: INTERRUPTED_ATTEMPT }),
       expect.objectContaining({ attempt: 2, started_at: clock, dispatched_at: null, finished_at: null }),
     ]);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'retrying', attempt_count: 1, next_attempt_at: clock });
+  });
+
+  it('answers turn on a takeover while the endpoint has all its turns in flight: the interrupted attempt is closed and counted, no next one begun', async () => {
+    const { ref, organizationId, endpointId } = await fresh();
+    await dispatched(ref);
+    // Long enough for its interval to have run and for the interrupted attempt no longer to hold a turn.
+    clock += IN_FLIGHT_BOUND_MS + RETRY_INTERVAL_MS;
+    for (let i = 0; i < records.endpointConcurrency; i++) {
+      const other = await recordDelivery(orm, records, organizationId, endpointId);
+      expect(await records.beginAttempt(em(), other)).toMatchObject({ kind: 'send', attempt: 1 });
+    }
+    expect(await records.beginAttempt(em(), ref)).toEqual({ kind: 'turn', sent: 1 });
+    expect(await storedAttempts(orm, ref.deliveryId)).toEqual([expect.objectContaining({ attempt: 1, finished_at: clock, error: INTERRUPTED_ATTEMPT })]);
     expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'retrying', attempt_count: 1, next_attempt_at: clock });
   });
 

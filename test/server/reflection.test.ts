@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fromBinary } from '@bufbuild/protobuf';
@@ -11,6 +12,11 @@ import { startTestApp, type TestApp } from '../support/app';
 
 const run = promisify(execFile);
 const BUF = join(__dirname, '../../node_modules/.bin/buf');
+/**
+ * grpcurl, where it was built (README, "Server reflection"): not a dependency of the suite,
+ * whose reflection is checked above with buf curl and the protocol itself.
+ */
+const GRPCURL = join(__dirname, '../../.tools/bin/grpcurl');
 
 const EXPECTED_SERVICES = [
   'grpc.health.v1.Health',
@@ -209,4 +215,48 @@ describe('gRPC server reflection', () => {
       });
     });
   });
+
+  // Registered only where grpcurl was built: the Go module proxy is not a dependency of the suite.
+  if (existsSync(GRPCURL)) {
+    describe('with grpcurl (no schema files: reflection only)', () => {
+      const address = () => `127.0.0.1:${t.app.port}`;
+      const grpcurl = (...args: string[]) => run(GRPCURL, ['-plaintext', ...args], { timeout: 20_000 });
+
+      it('lists the services', async () => {
+        const { stdout } = await grpcurl(address(), 'list');
+        expect(stdout.trim().split('\n').sort()).toEqual(EXPECTED_SERVICES);
+      });
+
+      it('calls ListConnections with an API key', async () => {
+        const tenant = await t.tenant();
+        const { stdout } = await grpcurl('-H', `authorization: Bearer ${tenant.apiKey}`, '-d', '{"pageSize": 10}', address(), 'publishing.v1.ConnectionService/ListConnections');
+        const body = JSON.parse(stdout) as { registry?: { slug?: string }[] };
+        expect(body.registry?.map((toolkit) => toolkit.slug)).toEqual(expect.arrayContaining(['instagram', 'linkedin']));
+      });
+
+      it('decodes the ErrorInfo of a refusal: its stable reason is readable', async () => {
+        const tenant = await t.tenant();
+        const refused = grpcurl(
+          '-format-error',
+          '-H',
+          `authorization: Bearer ${tenant.apiKey}`,
+          '-d',
+          '{"url": "http://hooks.example.com/in"}',
+          address(),
+          'publishing.v1.WebhookService/CreateWebhook',
+        );
+        // grpcurl exits non-zero and writes the status to stderr.
+        const failure = (await refused.then(
+          () => null,
+          (error: unknown) => error,
+        )) as { stderr: string } | null;
+        expect(failure).not.toBeNull();
+        const status = JSON.parse(failure!.stderr) as { code: number; details?: { '@type': string; reason?: string; domain?: string }[] };
+        expect(status.code).toBe(3);
+        expect(status.details).toEqual([
+          expect.objectContaining({ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'WEBHOOK_URL_NOT_HTTPS', domain: 'publishing.example' }),
+        ]);
+      });
+    });
+  }
 });

@@ -1,11 +1,10 @@
 import { epochMs, type EntityManager } from '../../db';
-import { db, GLOBAL_SCOPE, type Schedule } from './rows';
+import { db, GLOBAL_SCOPE, type RecordsContext, type Schedule } from './rows';
 
 /**
  * The kill switches (one per organization, and the global one) and the release of the
  * deliveries a switch or a paused endpoint held: released rows are due at once, and the
- * caller wakes their executors after its commit. DeliveryRecords (index.ts) is the
- * door; what each promises is written there.
+ * caller wakes their executors after its commit. Methods of DeliveryRecords (index.ts).
  */
 
 export interface KillSwitchState {
@@ -21,44 +20,56 @@ export interface ReleasedDelivery {
   workflowId: string;
 }
 
-export async function readKillSwitch(em: EntityManager, scope: string): Promise<KillSwitchState> {
-  const row = await db(em)
-    .selectFrom('kill_switches')
-    .select(['scope', 'enabled', 'reason', epochMs('updated_at').as('updatedAtMs')])
-    .where('scope', '=', scope)
-    .executeTakeFirst();
-  return row ? { scope: row.scope, enabled: row.enabled, reason: row.reason, updatedAt: new Date(row.updatedAtMs) } : { scope, enabled: false, reason: '', updatedAt: null };
-}
+export const killSwitchMethods = {
+  /** A switch as it stands; one never written reads as off. */
+  async readKillSwitch(this: RecordsContext, em: EntityManager, scope: string): Promise<KillSwitchState> {
+    const row = await db(em)
+      .selectFrom('kill_switches')
+      .select(['scope', 'enabled', 'reason', epochMs('updated_at').as('updatedAtMs')])
+      .where('scope', '=', scope)
+      .executeTakeFirst();
+    return row ? { scope: row.scope, enabled: row.enabled, reason: row.reason, updatedAt: new Date(row.updatedAtMs) } : { scope, enabled: false, reason: '', updatedAt: null };
+  },
 
-export async function writeKillSwitch(
-  em: EntityManager,
-  schedule: Schedule,
-  scope: string,
-  enabled: boolean,
-  reason: string,
-): Promise<{ state: KillSwitchState; released: ReleasedDelivery[] }> {
-  const now = new Date(schedule.now());
-  await db(em)
-    .insertInto('kill_switches')
-    .values({ scope, enabled, reason, updated_at: now })
-    .onConflict((oc) => oc.column('scope').doUpdateSet({ enabled, reason, updated_at: now }))
-    .execute();
-  const released = enabled ? [] : await releaseHeld(em, schedule, scope);
-  return { state: { scope, enabled, reason, updatedAt: now }, released };
-}
+  /** Sets a switch; turning one off releases what it held (releaseHeld) and returns those deliveries. */
+  async writeKillSwitch(
+    this: RecordsContext,
+    em: EntityManager,
+    scope: string,
+    enabled: boolean,
+    reason: string,
+  ): Promise<{ state: KillSwitchState; released: ReleasedDelivery[] }> {
+    const now = new Date(this.schedule.now());
+    await db(em)
+      .insertInto('kill_switches')
+      .values({ scope, enabled, reason, updated_at: now })
+      .onConflict((oc) => oc.column('scope').doUpdateSet({ enabled, reason, updated_at: now }))
+      .execute();
+    const released = enabled ? [] : await releaseHeldOf(em, this.schedule, switchedOff(scope));
+    return { state: { scope, enabled, reason, updatedAt: now }, released };
+  },
 
-export async function killSwitchesOn(em: EntityManager): Promise<{ global: number; organizations: number }> {
-  const rows = await db(em).selectFrom('kill_switches').select(['scope']).where('enabled', '=', true).execute();
-  const global = rows.filter((r) => r.scope === GLOBAL_SCOPE).length;
-  return { global, organizations: rows.length - global };
-}
+  /** Switches on now: the global one (0 or 1) and how many organizations'. */
+  async killSwitchesOn(this: RecordsContext, em: EntityManager): Promise<{ global: number; organizations: number }> {
+    const rows = await db(em).selectFrom('kill_switches').select(['scope']).where('enabled', '=', true).execute();
+    const global = rows.filter((r) => r.scope === GLOBAL_SCOPE).length;
+    return { global, organizations: rows.length - global };
+  },
 
-export async function releaseHeld(em: EntityManager, schedule: Schedule, scope: string): Promise<ReleasedDelivery[]> {
-  return releaseHeldOf(em, schedule, scope === GLOBAL_SCOPE ? {} : { organizationId: scope });
-}
+  /** A kill switch went off: the deliveries it held are due now. Returns them (Temporal signals their workflows). */
+  async releaseHeld(this: RecordsContext, em: EntityManager, scope: string): Promise<ReleasedDelivery[]> {
+    return releaseHeldOf(em, this.schedule, switchedOff(scope));
+  },
 
-export async function releaseHeldOfEndpoint(em: EntityManager, schedule: Schedule, organizationId: string, endpointId: string): Promise<ReleasedDelivery[]> {
-  return releaseHeldOf(em, schedule, { organizationId, endpointId });
+  /** An endpoint was resumed: its held deliveries are due now, as a kill switch's release makes them. Returns them. */
+  async releaseHeldOfEndpoint(this: RecordsContext, em: EntityManager, organizationId: string, endpointId: string): Promise<ReleasedDelivery[]> {
+    return releaseHeldOf(em, this.schedule, { organizationId, endpointId });
+  },
+};
+
+/** The held deliveries a switch of `scope` going off releases. */
+function switchedOff(scope: string): { organizationId?: string } {
+  return scope === GLOBAL_SCOPE ? {} : { organizationId: scope };
 }
 
 async function releaseHeldOf(em: EntityManager, schedule: Schedule, of: { organizationId?: string; endpointId?: string }): Promise<ReleasedDelivery[]> {

@@ -2,15 +2,14 @@ import { sql, type Expression, type Kysely } from 'kysely';
 import { CompiledStatement, RESPONSE_EXCERPT_LENGTH, type AttemptErrorClass, type DeliveryStatus, type EntityManager } from '../../db';
 import { MAX_ATTEMPTS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
-import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type Tables } from './rows';
+import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type RecordsContext, type Tables } from './rows';
 
 /**
  * How a begun attempt and its delivery end: the dispatch mark that makes an attempt count,
  * the outcome that closes it (delivered, or retrying one interval later), and the writes
  * that end or pause a delivery without an attempt (hold, fail, deadLetter). The dispatch
  * marks and outcomes of concurrent attempts are written together, one statement each
- * (group-commit.ts batches them), compiled once. DeliveryRecords (index.ts) is the
- * door; what each promises is written there.
+ * (group-commit.ts batches them), compiled once. Methods of DeliveryRecords (index.ts).
  */
 
 /** One attempt of one delivery, as the executor that began it knows it. */
@@ -44,85 +43,108 @@ export type RecordedOutcome =
 const dispatch = new CompiledStatement(dispatchStatement, { prepare: true });
 const outcome = new CompiledStatement(outcomeStatement, { prepare: true });
 
-/** One statement for all the attempts; one answer per attempt, in their order. */
-export async function markAllDispatched(em: EntityManager, schedule: Schedule, attempts: AttemptKey[]): Promise<boolean[]> {
-  const rows = await dispatch.execute(db(em), { now: new Date(schedule.now()), ...attemptColumns(attempts) });
-  const counted = new Set(rows.map((r) => r.id));
-  return attempts.map((a) => counted.has(a.ref.deliveryId));
-}
+export const outcomeMethods = {
+  /**
+   * The connection to the receiver stands and the request is about to be written: from
+   * here on the attempt counts. Refused (false) when a kill switch came on (or the endpoint
+   * was paused) meanwhile, the delivery finished, or another executor took the attempt over;
+   * then nothing is sent. Attempts of several deliveries (one each) go in one statement:
+   * what a group commit of concurrent attempts writes. One answer per attempt, in their order.
+   */
+  async markAllDispatched(this: RecordsContext, em: EntityManager, attempts: AttemptKey[]): Promise<boolean[]> {
+    const rows = await dispatch.execute(db(em), { now: new Date(this.schedule.now()), ...attemptColumns(attempts) });
+    const counted = new Set(rows.map((r) => r.id));
+    return attempts.map((a) => counted.has(a.ref.deliveryId));
+  },
 
-/** One statement for all the attempts, writing each attempt's row and its delivery's or neither; one answer per attempt, in their order. */
-export async function recordOutcomes(em: EntityManager, schedule: Schedule, outcomes: AttemptResultRecord[]): Promise<RecordedOutcome[]> {
-  const now = new Date(schedule.now());
-  const rows = await outcome.execute(db(em), {
-    now,
-    next: new Date(now.getTime() + schedule.retryIntervalMs),
-    ...attemptColumns(outcomes),
-    status: outcomes.map((o) => o.status),
-    error: outcomes.map((o) => o.error),
-    errorClass: outcomes.map((o) => o.errorClass ?? null),
-    excerpt: outcomes.map((o) => o.excerpt?.slice(0, RESPONSE_EXCERPT_LENGTH) ?? null),
-    retryAfter: outcomes.map((o) => o.retryAfterSeconds ?? null),
-  });
-  const closed = new Set(rows.map((r) => r.delivery_id));
-  return outcomes.map((o): RecordedOutcome => {
-    if (!closed.has(o.ref.deliveryId)) return { kind: 'superseded' };
-    return o.error === null ? { kind: 'delivered', sent: o.attempt } : { kind: 'retrying', sent: o.attempt, exhausted: o.attempt >= MAX_ATTEMPTS };
-  });
-}
+  /**
+   * Writes an attempt's result: delivered, or retrying with the next attempt one interval
+   * later (none after the last). Counted attempts only: a failure before anything reached
+   * the receiver's network is not an attempt and is never recorded here. Idempotent: an
+   * attempt another executor already closed as interrupted takes this real outcome instead,
+   * unless a later attempt was sent meanwhile. One statement writes the attempt's row and
+   * the delivery's together, or neither; attempts of several deliveries (one each) go in
+   * that one statement: what a group commit of concurrent attempts writes. One answer per
+   * attempt, in their order.
+   */
+  async recordOutcomes(this: RecordsContext, em: EntityManager, outcomes: AttemptResultRecord[]): Promise<RecordedOutcome[]> {
+    const now = new Date(this.schedule.now());
+    const rows = await outcome.execute(db(em), {
+      now,
+      next: new Date(now.getTime() + this.schedule.retryIntervalMs),
+      ...attemptColumns(outcomes),
+      status: outcomes.map((o) => o.status),
+      error: outcomes.map((o) => o.error),
+      errorClass: outcomes.map((o) => o.errorClass ?? null),
+      excerpt: outcomes.map((o) => o.excerpt?.slice(0, RESPONSE_EXCERPT_LENGTH) ?? null),
+      retryAfter: outcomes.map((o) => o.retryAfterSeconds ?? null),
+    });
+    const closed = new Set(rows.map((r) => r.delivery_id));
+    return outcomes.map((o): RecordedOutcome => {
+      if (!closed.has(o.ref.deliveryId)) return { kind: 'superseded' };
+      return o.error === null ? { kind: 'delivered', sent: o.attempt } : { kind: 'retrying', sent: o.attempt, exhausted: o.attempt >= MAX_ATTEMPTS };
+    });
+  },
 
-/** Held one interval; an open delivery only. */
-export async function hold(em: EntityManager, schedule: Schedule, ref: DeliveryRef): Promise<void> {
-  const now = new Date(schedule.now());
-  await db(em)
-    .updateTable('webhook_deliveries')
-    .set(heldColumns(now, new Date(now.getTime() + schedule.retryIntervalMs)))
-    .where('id', '=', ref.deliveryId)
-    .where('status', 'in', OPEN_STATUSES)
-    .execute();
-}
-
-/** Failed with the reason; an open delivery only. */
-export async function fail(em: EntityManager, schedule: Schedule, ref: DeliveryRef, reason: string): Promise<void> {
-  await db(em)
-    .updateTable('webhook_deliveries')
-    .set(failedColumns(new Date(schedule.now()), reason))
-    .where('id', '=', ref.deliveryId)
-    .where('status', 'in', OPEN_STATUSES)
-    .execute();
-}
-
-/** The delivery's row, the never-sent attempt's (with a reason) and its dead letter, in one transaction. */
-export async function deadLetter(em: EntityManager, schedule: Schedule, ref: DeliveryRef, reason?: string): Promise<boolean> {
-  return em.transactional(async (tx) => {
-    const k = db(tx);
-    const now = new Date(schedule.now());
-    const updated = await k
+  /** A kill switch is on or the endpoint paused: the delivery (an open one only) waits one interval (or until released) without using an attempt. */
+  async hold(this: RecordsContext, em: EntityManager, ref: DeliveryRef): Promise<void> {
+    const now = new Date(this.schedule.now());
+    await db(em)
       .updateTable('webhook_deliveries')
-      .set({ status: 'dead_lettered', next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now, ...(reason !== undefined && { last_error: reason }) })
+      .set(heldColumns(now, new Date(now.getTime() + this.schedule.retryIntervalMs)))
       .where('id', '=', ref.deliveryId)
-      .where('organization_id', '=', ref.organizationId)
       .where('status', 'in', OPEN_STATUSES)
-      .returning('last_error')
-      .executeTakeFirst();
-    if (!updated) return false;
-    if (reason !== undefined) {
-      await k
-        .updateTable('delivery_attempts')
-        .set({ finished_at: now, error: reason })
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('dispatched_at', 'is', null)
-        .where('finished_at', 'is', null)
-        .execute();
-    }
-    await k
-      .insertInto('dead_letters')
-      .values({ delivery_id: ref.deliveryId, organization_id: ref.organizationId, endpoint_id: ref.endpointId, last_error: updated.last_error, created_at: now })
-      .onConflict((oc) => oc.column('delivery_id').doNothing())
       .execute();
-    return true;
-  });
-}
+  },
+
+  /** The endpoint is missing or disabled: the delivery (an open one only) fails at once with the reason, never retried. */
+  async fail(this: RecordsContext, em: EntityManager, ref: DeliveryRef, reason: string): Promise<void> {
+    await db(em)
+      .updateTable('webhook_deliveries')
+      .set(failedColumns(new Date(this.schedule.now()), reason))
+      .where('id', '=', ref.deliveryId)
+      .where('status', 'in', OPEN_STATUSES)
+      .execute();
+  },
+
+  /**
+   * All attempts are used: the delivery is dead-lettered and queued for operators. False
+   * when it had already finished. `reason`: a failure of ours ended it (not the receiver's);
+   * it becomes the last error, and an attempt begun but never sent is closed with it, so it
+   * never reads as a request that was made. The delivery's row, that attempt's and the dead
+   * letter are written in one transaction.
+   */
+  async deadLetter(this: RecordsContext, em: EntityManager, ref: DeliveryRef, reason?: string): Promise<boolean> {
+    return em.transactional(async (tx) => {
+      const k = db(tx);
+      const now = new Date(this.schedule.now());
+      const updated = await k
+        .updateTable('webhook_deliveries')
+        .set({ status: 'dead_lettered', next_attempt_at: null, lease_until: null, lease_owner: null, updated_at: now, ...(reason !== undefined && { last_error: reason }) })
+        .where('id', '=', ref.deliveryId)
+        .where('organization_id', '=', ref.organizationId)
+        .where('status', 'in', OPEN_STATUSES)
+        .returning('last_error')
+        .executeTakeFirst();
+      if (!updated) return false;
+      if (reason !== undefined) {
+        await k
+          .updateTable('delivery_attempts')
+          .set({ finished_at: now, error: reason })
+          .where('delivery_id', '=', ref.deliveryId)
+          .where('dispatched_at', 'is', null)
+          .where('finished_at', 'is', null)
+          .execute();
+      }
+      await k
+        .insertInto('dead_letters')
+        .values({ delivery_id: ref.deliveryId, organization_id: ref.organizationId, endpoint_id: ref.endpointId, last_error: updated.last_error, created_at: now })
+        .onConflict((oc) => oc.column('delivery_id').doNothing())
+        .execute();
+      return true;
+    });
+  },
+};
 
 /** A delivery held by a kill switch until `until` (or its release): what hold and beginAttempt write. */
 export function heldColumns(now: Date, until: Date) {

@@ -14,8 +14,9 @@ import {
 
 /**
  * What every part of DeliveryRecords (index.ts) shares: the tables as Kysely types
- * them, the status lists, the schedule the records keep, a delivery as lists show it, and
- * the condition that stops sending (a kill switch or a paused endpoint).
+ * them, the status lists, the schedule the records keep (the `this` of their methods), a
+ * delivery as lists show it, and the condition that stops sending (a kill switch or a
+ * paused endpoint).
  *
  * Timestamps are read as epoch milliseconds (epochMs): the driver hands timestamptz columns
  * to MikroORM as text, and a number typed in SQL cannot be mistaken for a Date.
@@ -53,6 +54,15 @@ export interface Schedule {
   retryIntervalMs: number;
   /** Attempts one endpoint may have in flight at once (its turns). */
   endpointConcurrency: number;
+}
+
+/**
+ * What a method of DeliveryRecords reads besides its arguments: `this` of every method of
+ * the parts (index.ts puts them on its prototype), so a method called off its records, where
+ * `this` would be lost, does not compile.
+ */
+export interface RecordsContext {
+  readonly schedule: Schedule;
 }
 
 /** A delivery as lists show it: the listed fields only (never the payload), timestamps as epoch milliseconds. */

@@ -1,17 +1,18 @@
 import { sql, type Kysely, type QueryCreator } from 'kysely';
-import { CompiledStatement, epochMs, type EntityManager, type SignatureScheme } from '../../db';
+import { CompiledStatement, epochMs, type DeliveryStatus, type EntityManager, type SignatureScheme } from '../../db';
 import { IN_FLIGHT_BOUND_MS, MAX_ATTEMPTS } from '../../../workflows/policy';
 import type { DeliveryRef } from '../contract';
-import { fail, failedColumns, heldColumns, hold } from './outcomes';
-import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type Schedule, type Tables } from './rows';
+import { failedColumns, heldColumns } from './outcomes';
+import { db, INTERRUPTED_ATTEMPT, OPEN_STATUSES, stoppedBy, type RecordsContext, type Schedule, type Tables } from './rows';
 
 /**
  * How an attempt starts: the embedded engine's claim of due deliveries (claimDue, with its
  * lease and renewLease), and beginAttempt, which decides under the row's lock what the
- * attempt may do and writes it. Both run one statement (beginStatement, compiled once);
- * the rare takeover of an attempt left dispatched, or of a row another executor wrote to
- * meanwhile, runs as a transaction, step by step. DeliveryRecords (index.ts) is the
- * door; what each promises is written there.
+ * attempt may do and writes it. Both run one statement (beginStatement, compiled once), the
+ * one place that decides whether an attempt may begin; the rare takeover of an attempt left
+ * dispatched, or of a row another executor wrote to meanwhile, closes the interrupted
+ * attempt in a transaction and runs the same statement there. Methods of DeliveryRecords
+ * (index.ts).
  */
 
 /** What beginAttempt decided. */
@@ -128,60 +129,79 @@ const ENDPOINT_DISABLED = 'The endpoint is disabled.';
 const beginOne = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, false), { prepare: true });
 const claimAndBegin = new CompiledStatement((k: Kysely<Tables>, p: BeginParams) => beginStatement(k, p, true), { prepare: true });
 
-/** beginStatement over the due rows a claim may take, each leased or failed or held as it decided. */
-export async function claimDue(em: EntityManager, schedule: Schedule, options: ClaimOptions): Promise<ClaimedDelivery[]> {
-  if (options.limit <= 0) return [];
-  const now = new Date(schedule.now());
-  const rows = await beginAttempts(em, schedule, now, { claim: options });
-  return rows.map((row) => ({
-    ref: { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.delivery_endpoint_id, eventId: row.event_id },
-    start: attemptStart(row, now),
-  }));
-}
+export const startMethods = {
+  /**
+   * Embedded engine: leases up to `limit` due deliveries to `owner`, fairly across endpoints
+   * and within each endpoint's free turns (ClaimOptions), skipping rows another instance is
+   * claiming right now and the ones this instance is already working on, and begins the
+   * attempt of each in the same statement (beginStatement over the due rows a claim may take,
+   * each leased or failed or held as it decided). A claimed delivery whose `start` is null
+   * needs beginAttempt's transaction: an attempt of it was left dispatched but unfinished, or
+   * another executor wrote to it meanwhile.
+   */
+  async claimDue(this: RecordsContext, em: EntityManager, options: ClaimOptions): Promise<ClaimedDelivery[]> {
+    if (options.limit <= 0) return [];
+    const now = new Date(this.schedule.now());
+    const rows = await beginAttempts(em, this.schedule, now, { claim: options });
+    return rows.map((row) => ({
+      ref: { deliveryId: row.id, organizationId: row.organization_id, endpointId: row.delivery_endpoint_id, eventId: row.event_id },
+      start: attemptStart(row, now),
+    }));
+  },
 
-export async function renewLease(em: EntityManager, schedule: Schedule, deliveryId: string, owner: string, leaseMs: number): Promise<boolean> {
-  const result = await db(em)
-    .updateTable('webhook_deliveries')
-    .set({ lease_until: new Date(schedule.now() + leaseMs) })
-    .where('id', '=', deliveryId)
-    .where('lease_owner', '=', owner)
-    .where('lease_until', 'is not', null)
-    .executeTakeFirst();
-  return Number(result.numUpdatedRows) > 0;
-}
+  /** Embedded engine: keeps a lease alive while its owner works; false when the owner lost it. */
+  async renewLease(this: RecordsContext, em: EntityManager, deliveryId: string, owner: string, leaseMs: number): Promise<boolean> {
+    const result = await db(em)
+      .updateTable('webhook_deliveries')
+      .set({ lease_until: new Date(this.schedule.now() + leaseMs) })
+      .where('id', '=', deliveryId)
+      .where('lease_owner', '=', owner)
+      .where('lease_until', 'is not', null)
+      .executeTakeFirst();
+    return Number(result.numUpdatedRows) > 0;
+  },
 
-/**
- * How many of the endpoint's open deliveries were recorded before this one (up to `limit`):
- * its place in the endpoint's line, from which a delivery waiting for a turn sets its wait.
- */
-export async function placeInLine(em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
-  const { rows } = await sql<{ ahead: number }>`
-    select count(*)::int as ahead from (
-      select 1 from webhook_deliveries o
-       where o.endpoint_id = ${ref.endpointId}
-         and o.created_at < (select d.created_at from webhook_deliveries d where d.id = ${ref.deliveryId})
-         and o.status in ('pending', 'retrying')
-       limit ${limit}) ahead`.execute(db(em));
-  return rows[0]?.ahead ?? 0;
-}
+  /**
+   * A delivery's place among its endpoint's open deliveries: how many were recorded before
+   * it (up to `limit`), from which a delivery waiting for a turn sets its wait.
+   */
+  async placeInLine(this: RecordsContext, em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
+    const { rows } = await sql<{ ahead: number }>`
+      select count(*)::int as ahead from (
+        select 1 from webhook_deliveries o
+         where o.endpoint_id = ${ref.endpointId}
+           and o.created_at < (select d.created_at from webhook_deliveries d where d.id = ${ref.deliveryId})
+           and o.status in ('pending', 'retrying')
+         limit ${limit}) ahead`.execute(db(em));
+    return rows[0]?.ahead ?? 0;
+  },
 
-/** Lets a leased delivery go, due as it is: its endpoint's turns were all in flight, so it waits for the next claim. */
-export async function giveBackLease(em: EntityManager, deliveryId: string, owner: string): Promise<void> {
-  await db(em).updateTable('webhook_deliveries').set({ lease_until: null, lease_owner: null }).where('id', '=', deliveryId).where('lease_owner', '=', owner).execute();
-}
+  /** Embedded engine: gives a lease back, the delivery still due (its endpoint had no turn free), for the next claim. */
+  async giveBackLease(this: RecordsContext, em: EntityManager, deliveryId: string, owner: string): Promise<void> {
+    await db(em).updateTable('webhook_deliveries').set({ lease_until: null, lease_owner: null }).where('id', '=', deliveryId).where('lease_owner', '=', owner).execute();
+  },
 
-/**
- * One statement decides and writes, so the common path costs one round trip. It reads
- * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
- * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
- * unfinished, the rare takeover runs as a transaction, each step seeing the latest rows.
- */
-export async function beginAttempt(em: EntityManager, schedule: Schedule, ref: DeliveryRef): Promise<AttemptStart> {
-  const now = new Date(schedule.now());
-  const [row] = await beginAttempts(em, schedule, now, { ref });
-  if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
-  return attemptStart(row, now) ?? beginAttemptInTransaction(em, schedule, ref);
-}
+  /**
+   * Starts an attempt. Under a lock on the delivery row, decides what the attempt may do:
+   * a finished delivery stays finished; a missing or disabled endpoint fails it; a kill
+   * switch or a paused endpoint holds it without using an attempt; an endpoint with all its
+   * turns in flight leaves it as it is (`turn`: try again shortly); otherwise the next
+   * attempt row is written (or the one a dead worker wrote but never sent is taken over) and
+   * the caller sends.
+   *
+   * One statement decides and writes, so the common path costs one round trip. It reads
+   * the attempts as of its snapshot, taken before it waited for the row's lock; when the row
+   * changed meanwhile (another executor wrote to it), or an attempt was left dispatched but
+   * unfinished, the rare takeover closes that attempt in a transaction and runs the same
+   * statement there, on the latest rows.
+   */
+  async beginAttempt(this: RecordsContext, em: EntityManager, ref: DeliveryRef): Promise<AttemptStart> {
+    const now = new Date(this.schedule.now());
+    const [row] = await beginAttempts(em, this.schedule, now, { ref });
+    if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
+    return attemptStart(row, now) ?? beginAttemptInTransaction(em, this.schedule, ref);
+  },
+};
 
 /** Runs beginStatement for one delivery by reference, or for the due ones a claim may take. */
 async function beginAttempts(em: EntityManager, schedule: Schedule, now: Date, which: { ref: DeliveryRef } | { claim: ClaimOptions }) {
@@ -202,101 +222,81 @@ async function beginAttempts(em: EntityManager, schedule: Schedule, now: Date, w
 }
 
 /**
- * beginAttempt step by step, under the row's lock: the path of an attempt left
- * dispatched but unfinished (its executor died or lost its lease after sending), and of a
- * row another executor wrote to while the one-statement path waited for it.
+ * The takeover: the path of an attempt left dispatched but unfinished (its executor died or
+ * lost its lease after sending), and of a row another executor wrote to while the
+ * one-statement path waited for it. Under the row's lock it closes the interrupted attempt
+ * (and answers `wait` while that attempt's interval runs), then runs beginStatement itself:
+ * inside the transaction the row no longer changes under it and no attempt is left open, so
+ * the statement decides as on the common path.
  */
 async function beginAttemptInTransaction(em: EntityManager, schedule: Schedule, ref: DeliveryRef): Promise<AttemptStart> {
   return em.transactional(async (tx) => {
     const k = db(tx);
     const now = new Date(schedule.now());
-    const row = await attemptSource(k)
-      .select('e.disabled_at')
-      .select((eb) => stoppedBy(eb.ref('d.organization_id'), eb.ref('d.endpoint_id'), eb.ref('d.event_type')).as('stopped'))
-      .where('d.id', '=', ref.deliveryId)
-      .where('d.organization_id', '=', ref.organizationId)
-      .forUpdate('d')
+    const row = await k
+      .selectFrom('webhook_deliveries')
+      .select(['status', 'series', 'attempt_count'])
+      .where('id', '=', ref.deliveryId)
+      .where('organization_id', '=', ref.organizationId)
+      .forUpdate()
       .executeTakeFirst();
     if (!row) return { kind: 'gone', reason: 'The delivery record no longer exists.' };
-    if (row.status === 'delivered') return { kind: 'delivered', attempt: row.attempt_count, status: row.last_response_status ?? 200 };
-    if (row.status === 'failed') return { kind: 'gone', reason: 'The delivery already failed.' };
-    if (row.status === 'dead_lettered') return { kind: 'exhausted', sent: row.attempt_count };
-
-    let sent = row.attempt_count;
-    const open = await k
-      .selectFrom('delivery_attempts')
-      .select(['attempt', epochMs('dispatched_at').as('dispatchedAtMs')])
-      .where('delivery_id', '=', ref.deliveryId)
-      .where('series', '=', row.series)
-      .where('finished_at', 'is', null)
-      .where('dispatched_at', 'is not', null)
-      .executeTakeFirst();
-    if (open) {
-      // Its executor died (or lost its lease) after sending: the receiver may have it, so it counts.
-      sent = Math.max(sent, open.attempt);
-      await k
-        .updateTable('delivery_attempts')
-        .set({ finished_at: now, error: INTERRUPTED_ATTEMPT, error_class: 'interrupted' })
-        .where('delivery_id', '=', ref.deliveryId)
-        .where('series', '=', row.series)
-        .where('attempt', '=', open.attempt)
-        .execute();
-      const until = new Date(open.dispatchedAtMs + schedule.retryIntervalMs);
-      const waiting = sent < MAX_ATTEMPTS && until > now;
-      await k
-        .updateTable('webhook_deliveries')
-        .set({
-          status: 'retrying',
-          attempt_count: sent,
-          last_error: INTERRUPTED_ATTEMPT,
-          last_response_status: null,
-          next_attempt_at: sent < MAX_ATTEMPTS ? (waiting ? until : now) : null,
-          ...(waiting && { lease_until: null, lease_owner: null }),
-          updated_at: now,
-        })
-        .where('id', '=', ref.deliveryId)
-        .execute();
-      if (waiting) return { kind: 'wait', until, sent };
+    if (isOpen(row.status)) {
+      const waiting = await closeInterrupted(k, schedule, ref, row, now);
+      if (waiting) return waiting;
     }
-
-    if (!row.endpoint_id || row.disabled_at) {
-      const reason = row.endpoint_id ? ENDPOINT_DISABLED : ENDPOINT_MISSING;
-      await fail(tx, schedule, ref, reason);
-      return { kind: 'gone', reason };
-    }
-    if (sent >= MAX_ATTEMPTS) return { kind: 'exhausted', sent };
-    if (row.stopped) {
-      await hold(tx, schedule, ref);
-      return { kind: 'held', sent };
-    }
-
-    const attempt = sent + 1;
-    // An attempt row its worker never sent from (it died while connecting) is taken over.
-    const claimed = await k
-      .insertInto('delivery_attempts')
-      .values({ delivery_id: ref.deliveryId, series: row.series, attempt, started_at: now })
-      .onConflict((oc) =>
-        oc
-          .columns(['delivery_id', 'series', 'attempt'])
-          .doUpdateSet({ started_at: now })
-          .where('delivery_attempts.dispatched_at', 'is', null)
-          .where('delivery_attempts.finished_at', 'is', null),
-      )
-      .returning('attempt')
-      .executeTakeFirst();
-    if (!claimed) throw new Error(`attempt ${attempt} of delivery ${ref.deliveryId} is already closed`);
-    return {
-      kind: 'send',
-      attempt,
-      startedAt: now,
-      url: row.url!,
-      payload: row.payload,
-      endpointId: row.endpoint_id,
-      secretKeyId: row.secret_key_id!,
-      secretCiphertext: Buffer.from(row.secret_ciphertext!),
-      ...signingOf(row),
-    };
+    const [begun] = await beginAttempts(tx, schedule, now, { ref });
+    const start = begun && attemptStart(begun, now);
+    if (!start) throw new Error(`attempt ${row.attempt_count + 1} of delivery ${ref.deliveryId} is already closed`);
+    return start;
   });
+}
+
+/**
+ * Closes the delivery's attempt left dispatched but unfinished, if any: its executor died
+ * (or lost its lease) after sending, so the receiver may have it and it counts. The next
+ * attempt is due one interval after it was sent; `wait` while that interval runs.
+ */
+async function closeInterrupted(
+  k: Kysely<Tables>,
+  schedule: Schedule,
+  ref: DeliveryRef,
+  row: { series: number; attempt_count: number },
+  now: Date,
+): Promise<Extract<AttemptStart, { kind: 'wait' }> | null> {
+  const open = await k
+    .selectFrom('delivery_attempts')
+    .select(['attempt', epochMs('dispatched_at').as('dispatchedAtMs')])
+    .where('delivery_id', '=', ref.deliveryId)
+    .where('series', '=', row.series)
+    .where('finished_at', 'is', null)
+    .where('dispatched_at', 'is not', null)
+    .executeTakeFirst();
+  if (!open) return null;
+  const sent = Math.max(row.attempt_count, open.attempt);
+  await k
+    .updateTable('delivery_attempts')
+    .set({ finished_at: now, error: INTERRUPTED_ATTEMPT, error_class: 'interrupted' })
+    .where('delivery_id', '=', ref.deliveryId)
+    .where('series', '=', row.series)
+    .where('attempt', '=', open.attempt)
+    .execute();
+  const until = new Date(open.dispatchedAtMs + schedule.retryIntervalMs);
+  const waiting = sent < MAX_ATTEMPTS && until > now;
+  await k
+    .updateTable('webhook_deliveries')
+    .set({
+      status: 'retrying',
+      attempt_count: sent,
+      last_error: INTERRUPTED_ATTEMPT,
+      last_response_status: null,
+      next_attempt_at: sent < MAX_ATTEMPTS ? (waiting ? until : now) : null,
+      ...(waiting && { lease_until: null, lease_owner: null }),
+      updated_at: now,
+    })
+    .where('id', '=', ref.deliveryId)
+    .execute();
+  return waiting ? { kind: 'wait', until, sent } : null;
 }
 
 /** What the statement behind beginAttempt and claimDue is executed with. */
@@ -318,7 +318,7 @@ interface BeginParams {
 
 /**
  * A delivery with its endpoint (none when it no longer exists) and the columns an attempt
- * starts from: what the one-statement begin and the takeover transaction both read.
+ * starts from.
  */
 function attemptSource(qc: QueryCreator<Tables>) {
   return qc
@@ -460,6 +460,10 @@ function fairTurns(qc: QueryCreator<Tables>, p: BeginParams) {
     .orderBy('due.turn')
     .orderBy('due.next_attempt_at')
     .limit(p.limit);
+}
+
+function isOpen(status: DeliveryStatus): boolean {
+  return (OPEN_STATUSES as readonly DeliveryStatus[]).includes(status);
 }
 
 /** What a begun row means for its attempt; null when beginAttempt's transaction must decide. */

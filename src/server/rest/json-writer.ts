@@ -149,27 +149,26 @@ function enumWriter(field: DescField & { fieldKind: 'enum' | 'list' }): ValueWri
   };
 }
 
+/** A scalar whose proto3 JSON is the value itself, once it is of the JavaScript type its field's is. */
+function writtenAsIs(type: 'string' | 'boolean' | 'number'): ValueWriter {
+  return (value) => {
+    if (typeof value !== type) throw new Error(`expected a ${type}`);
+    return value as string | boolean | number;
+  };
+}
+
 function scalarWriter(scalar: ScalarType | undefined): ValueWriter | null {
   switch (scalar) {
     case ScalarType.STRING:
-      return (value) => {
-        if (typeof value !== 'string') throw new Error('expected a string');
-        return value;
-      };
+      return writtenAsIs('string');
     case ScalarType.BOOL:
-      return (value) => {
-        if (typeof value !== 'boolean') throw new Error('expected a boolean');
-        return value;
-      };
+      return writtenAsIs('boolean');
     case ScalarType.INT32:
     case ScalarType.SINT32:
     case ScalarType.SFIXED32:
     case ScalarType.UINT32:
     case ScalarType.FIXED32:
-      return (value) => {
-        if (typeof value !== 'number') throw new Error('expected a number');
-        return value;
-      };
+      return writtenAsIs('number');
     case ScalarType.DOUBLE:
     case ScalarType.FLOAT:
       return (value) => {
