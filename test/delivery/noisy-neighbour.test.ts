@@ -35,7 +35,8 @@ import { within } from '../support/within';
  * - A's 9 s endpoints: no timeout and no second request for any delivery (9 s is inside the
  *   10 s deadline, and waiting for a turn is not an attempt), attempts recorded as sent =
  *   requests arrived, and never more than an endpoint's turns in flight. A's silent
- *   endpoints: every finished attempt is a timeout (theirs, not our queueing's).
+ *   endpoints: every finished attempt is a timeout (theirs, not our queueing's), and an event
+ *   reaches them again only as the retry of one (never more requests than attempts sent).
  */
 
 const TOKEN = 'scheduler-token-0123456789abcdef0123456789';
@@ -107,10 +108,11 @@ function eventIdOf(rawBody: string): string {
 
 /**
  * The engines CI runs this on: the embedded one. On Temporal (`NOISY_NEIGHBOUR_ENGINES=embedded,temporal`)
- * the cases fail on CI's two loaded cores even with the worker and the API in processes of
- * their own: 9 to 11 of B's 20 workflows still had only their first workflow task scheduled
- * (history length 2, the worker running, no start missed) 60 s after B's last publish, behind
- * the workflow tasks of A's ~770 deliveries waiting for a turn. The `isolation_temporal`
+ * the cases fail on this 2-core machine even with the worker and the API in processes of
+ * their own, loaded or not (load average 2-6 in the last run): 6 to 11 of B's 20 workflows
+ * still had only their first workflow task scheduled (history length 2, the worker running)
+ * 60 s after B's last publish, behind the workflow tasks of A's ~770 deliveries waiting for
+ * a turn. The `isolation_temporal`
  * benchmark figure, with the machine to itself, measured B's p95 at most 115 ms with the same burst.
  */
 const CASE_ENGINES = (process.env.NOISY_NEIGHBOUR_ENGINES ?? 'embedded').split(',').filter((e): e is EngineName => (ENGINES as readonly string[]).includes(e));
@@ -192,11 +194,21 @@ describe.each(CASE_ENGINES)('a noisy neighbour on the %s engine', (engine) => {
       );
       expect(bReceiver.requests.map((r) => eventIdOf(r.rawBody)).sort()).toEqual([...bEventIds].sort());
 
-      // No second request: within the first 30 s interval each A event reaches its endpoint once.
       const aArrivals = aReceivers.flatMap((receiver) => receiver.requests.map((r) => eventIdOf(r.rawBody)));
-      for (const receiver of aReceivers) {
-        const ids = receiver.requests.map((r) => eventIdOf(r.rawBody));
-        expect(new Set(ids).size).toBe(ids.length);
+      if (variant.silent) {
+        // A second request only as the retry of an attempt that timed out, 30 s later: never
+        // more requests of an event than attempts recorded as sent for it.
+        const sentOf = new Map<string, number>();
+        for (const r of aRows) if (r.dispatched) sentOf.set(r.event_id, (sentOf.get(r.event_id) ?? 0) + 1);
+        const arrivalsOf = new Map<string, number>();
+        for (const id of aArrivals) arrivalsOf.set(id, (arrivalsOf.get(id) ?? 0) + 1);
+        expect([...arrivalsOf].filter(([id, n]) => n > (sentOf.get(id) ?? 0))).toEqual([]);
+      } else {
+        // No second request: each A event reaches its endpoint once.
+        for (const receiver of aReceivers) {
+          const ids = receiver.requests.map((r) => eventIdOf(r.rawBody));
+          expect(new Set(ids).size).toBe(ids.length);
+        }
       }
       // Rows consistent: a delivery counts exactly its sent attempts, and has at most one open
       // (a silent endpoint's attempt may outlast the stop's grace; it is taken over later).
