@@ -34,6 +34,7 @@ import { benchTestDelivery } from './figures/test-delivery';
 import { benchPublishFanOut } from './figures/fan-out';
 import { benchMemory } from './figures/memory';
 import { benchRetention } from './figures/retention';
+import { benchIsolation } from './figures/isolation';
 
 /** The table's order: each goal row, then the information rows under it. */
 const ORDER = [
@@ -45,6 +46,7 @@ const ORDER = [
   'publish_latency_p50', 'publish_latency_p99',
   'publish_fan_out', 'memory_growth',
   'retention_sweep_rate', 'retention_list', 'retention_list_p99', 'retention_publish',
+  'isolation_embedded', 'isolation_temporal',
 ];
 
 async function describeMachine(): Promise<Machine> {
@@ -162,6 +164,8 @@ async function main(): Promise<number> {
       ['publish_fan_out', () => benchPublishFanOut(ctx)],
       ['memory_growth', () => benchMemory(ctx)],
       ['retention_sweep', () => benchRetention(ctx)],
+      ['isolation_embedded', () => benchIsolation(ctx, 'embedded')],
+      ['isolation_temporal', () => benchIsolation(ctx, 'temporal')],
     ];
     for (const [id, run] of benches) {
       if (ONLY && !ONLY.includes(id)) continue;

@@ -11,6 +11,8 @@ const LONGEST_FIRST = [
   'test/delivery/contract-timing.temporal.test.ts',
   'test/delivery/contract-timing.embedded.test.ts',
   'test/delivery/engine-contract.test.ts',
+  // 800 deliveries to receivers that answer after 9 s (or never), on each engine, the Temporal worker a process of its own.
+  'test/delivery/noisy-neighbour.test.ts',
   // Temporal's own server on a PostgreSQL cluster of its own, two APIs and two workers as processes, a 1,000-endpoint fan-out.
   'test/delivery/temporal-production.test.ts',
   'test/webhooks/auto-pause.test.ts',

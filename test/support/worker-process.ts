@@ -3,12 +3,14 @@ import path from 'node:path';
 import { productionWorkflowBundlePath } from './temporal';
 
 const ROOT = path.resolve(__dirname, '..', '..');
+/** Characters of the worker's output kept for a failure's message. */
+const OUTPUT_KEPT = 64_000;
 
 export interface WorkerProcess {
   child: ChildProcess;
   /** The worker's /metrics, as its start line logged it. */
   metricsUrl: string;
-  /** What it wrote to stdout and stderr so far. */
+  /** The last of what it wrote to stdout and stderr. */
   output(): string;
   /** Resolves with the exit code once the process has exited. */
   exited: Promise<number | null>;
@@ -37,13 +39,18 @@ export async function startWorkerProcess(env: Record<string, string>): Promise<W
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let buffer = '';
+  let running = false;
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const metricsUrl = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`the worker did not start within 90 s: ${buffer.slice(-2000)}`)), 90_000);
+    // Its output is read as it comes (a pipe left full would block the worker's writes) and
+    // only the tail kept: a worker logging every attempt writes megabytes in a long suite.
     const read = (chunk: Buffer) => {
-      buffer += chunk.toString();
+      buffer = (buffer + chunk.toString()).slice(-OUTPUT_KEPT);
+      if (running) return;
       const line = buffer.split('\n').find((l) => l.includes('"msg":"delivery worker running"'));
       if (line) {
+        running = true;
         clearTimeout(timer);
         resolve((JSON.parse(line) as { metrics: string }).metrics);
       }
