@@ -325,8 +325,9 @@ function writeConfig(
     dcRedirectionPolicy: { policy: 'noop' },
     dynamicConfigClient: { filepath: path.join(dir, 'config', 'dynamicconfig.yaml'), pollInterval: '10s' },
   };
-  // Fairness between endpoints on the activity task queue (the activity's fairness key).
-  const dynamicConfig = { 'matching.enableFairness': [{ value: true }] };
+  // Fairness between endpoints on the activity task queue (the activity's fairness key), and
+  // eager activity dispatch (scripts/temporal-server.ts says why).
+  const dynamicConfig = { 'matching.enableFairness': [{ value: true }], 'system.enableActivityEagerExecution': [{ value: true }] };
   mkdirSync(path.join(dir, 'config'));
   writeFileSync(path.join(dir, 'config', 'production.yaml'), JSON.stringify(config, null, 2));
   writeFileSync(path.join(dir, 'config', 'dynamicconfig.yaml'), JSON.stringify(dynamicConfig, null, 2));
