@@ -154,17 +154,12 @@ export const startMethods = {
     const result = await db(em)
       .updateTable('webhook_deliveries')
       .set({ lease_until: new Date(this.schedule.now() + leaseMs) })
-      .where('id', '=', deliveryId)
-      .where('lease_owner', '=', owner)
-      .where('lease_until', 'is not', null)
+      .where('id', '=', deliveryId).where('lease_owner', '=', owner).where('lease_until', 'is not', null)
       .executeTakeFirst();
     return Number(result.numUpdatedRows) > 0;
   },
 
-  /**
-   * A delivery's place among its endpoint's open deliveries: how many were recorded before
-   * it (up to `limit`), from which a delivery waiting for a turn sets its wait.
-   */
+  /** A delivery's place in its endpoint's line (open ones recorded before it, up to `limit`): a waiting delivery's wait. */
   async placeInLine(this: RecordsContext, em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
     const { rows } = await sql<{ ahead: number }>`
       select count(*)::int as ahead from (
