@@ -203,10 +203,38 @@ export const WebhookDeliverySchema = defineEntity({
     /** Why the payload is gone (then empty): kept past its retention, or erased on request; null while kept. */
     payloadRemoved: p.enum(PAYLOAD_REMOVALS).nullable(),
     payloadRemovedAt: p.datetime().nullable(),
+    /** The series the endpoint statistics' roll-up counted the delivery with (src/delivery/statistics.ts); null until then. */
+    statisticsSeries: p.integer().nullable(),
+    /** The final status it was counted in. */
+    statisticsStatus: p.enum(['delivered', 'dead_lettered', 'failed'] as const).nullable(),
     ...timestamps,
   },
 });
 export type WebhookDelivery = InferEntity<typeof WebhookDeliverySchema>;
+
+/**
+ * One endpoint's finished deliveries created in one hour, rolled up by the statistics pass
+ * (src/delivery/statistics.ts owns the table; its migration says what each column holds).
+ */
+export const EndpointStatisticsHourSchema = defineEntity({
+  name: 'EndpointStatisticsHour',
+  tableName: 'endpoint_statistics_hours',
+  properties: {
+    endpointId: p.uuid().primary(),
+    hour: p.datetime().primary(),
+    delivered: p.integer(),
+    deadLettered: p.integer(),
+    failed: p.integer(),
+    attempts: p.integer(),
+    /** Answered attempts by response time, 64 log-spaced buckets. */
+    responseMsBuckets: p.array<number>().columnType('int[]'),
+    lastFailureAt: p.datetime().nullable(),
+    lastFailureDeliveryId: p.uuid().nullable(),
+    lastFailureStatus: p.integer().nullable(),
+    lastFailureError: p.text().nullable(),
+  },
+});
+export type EndpointStatisticsHour = InferEntity<typeof EndpointStatisticsHourSchema>;
 
 /** Kinds of attempt failure, as the delivery log shows them. */
 export const ATTEMPT_ERROR_CLASSES = ['http_status', 'timeout', 'tls', 'dns', 'connection', 'address_refused', 'invalid_url', 'interrupted'] as const;
@@ -418,6 +446,7 @@ export const ENTITIES = [
   PostSchema,
   WebhookEndpointSchema,
   WebhookDeliverySchema,
+  EndpointStatisticsHourSchema,
   DeliveryAttemptSchema,
   DeadLetterSchema,
   KillSwitchSchema,

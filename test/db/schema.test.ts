@@ -23,6 +23,7 @@ const UDT_OF: Record<string, string> = {
   uuid: 'uuid',
   text: 'text',
   'text[]': '_text',
+  'int[]': '_int4',
   timestamptz: 'timestamptz',
   date: 'date',
   int: 'int4',
