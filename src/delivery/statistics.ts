@@ -236,7 +236,6 @@ export interface StatisticsRollupOptions {
  */
 export class StatisticsRollup {
   private readonly loop: Poller;
-  private stopping = new AbortController();
 
   constructor(private readonly options: StatisticsRollupOptions) {
     this.loop = new Poller({
@@ -247,13 +246,11 @@ export class StatisticsRollup {
   }
 
   start(): void {
-    if (this.stopping.signal.aborted) this.stopping = new AbortController();
     this.loop.start();
   }
 
   /** No more passes; a pass running ends after its current batch, which is waited for. */
   async stop(): Promise<void> {
-    this.stopping.abort();
     await this.loop.stop();
   }
 
@@ -261,11 +258,11 @@ export class StatisticsRollup {
   async catchUp(): Promise<number> {
     const batchSize = this.options.batchSize ?? 2000;
     let rolled = 0;
-    while (!this.stopping.signal.aborted) {
+    while (!this.loop.signal.aborted) {
       const n = await rollUpStatistics(this.options.orm.em.fork(), batchSize);
       rolled += n;
       if (n < batchSize) break;
-      await delay(20, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+      await delay(20, undefined, { signal: this.loop.signal }).catch(() => undefined);
     }
     return rolled;
   }

@@ -28,6 +28,7 @@ export class Poller {
   private current: Promise<void> | null = null;
   private wokenDuringRound = false;
   private started = false;
+  private stopping = new AbortController();
 
   constructor(private readonly options: PollerOptions) {}
 
@@ -35,7 +36,13 @@ export class Poller {
   start(): void {
     if (this.started) return;
     this.started = true;
+    if (this.stopping.signal.aborted) this.stopping = new AbortController();
     this.wake();
+  }
+
+  /** Aborted when stop() is called: a round working in batches ends after the one it is on. A new one after start(). */
+  get signal(): AbortSignal {
+    return this.stopping.signal;
   }
 
   /** A round now, or right after the one running. Does nothing before start() or after stop(). */
@@ -76,6 +83,7 @@ export class Poller {
   /** No more rounds; resolves once the round running (if any) has ended. */
   async stop(): Promise<void> {
     this.started = false;
+    this.stopping.abort();
     this.wokenDuringRound = false;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;

@@ -64,7 +64,6 @@ export interface SweepPass {
 export class RetentionSweep {
   private readonly loop: Poller;
   private running: Promise<SweepPass> | null = null;
-  private stopping = new AbortController();
 
   constructor(private readonly options: RetentionSweepOptions) {
     this.loop = new Poller({
@@ -79,13 +78,11 @@ export class RetentionSweep {
 
   /** A pass now, then one `intervalMs` after each pass ends, until stop(). */
   start(): void {
-    if (this.stopping.signal.aborted) this.stopping = new AbortController();
     this.loop.start();
   }
 
   /** No more passes; a pass running ends at its current batch, which is waited for. */
   async stop(): Promise<void> {
-    this.stopping.abort();
     await this.loop.stop();
     await this.running?.catch(() => undefined);
   }
@@ -112,12 +109,12 @@ export class RetentionSweep {
     ];
     for (const [counter, batch] of steps) {
       for (;;) {
-        if (this.stopping.signal.aborted) return pass;
+        if (this.loop.signal.aborted) return pass;
         const removed = await batch(new Date(this.options.now()));
         pass[counter] += removed;
         pass.batches += 1;
         if (removed < batchSize) break;
-        await delay(this.options.pauseMs, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        await delay(this.options.pauseMs, undefined, { signal: this.loop.signal }).catch(() => undefined);
       }
     }
     return pass;
