@@ -22,6 +22,7 @@ import { EventService } from '../../src/gen/publishing/internal/v1/event_service
 import { startTemporalDevServer, type DevServer } from '../../scripts/temporal-server';
 import { startHttpsReceiver, type HttpsReceiver } from '../../test/support/https-receiver';
 import { startServiceProcess, type ServiceProcess } from '../../test/support/service-process';
+import { A_ENDPOINTS, A_EVENTS, B_EVENTS, B_EVERY_MS, B_START_AFTER_MS, SLOW_ANSWER_MS } from '../../test/support/noisy-neighbour';
 import { benchGrpcTransport } from '../grpc-transport';
 import { percentile, sleep, startChild, type Child } from '../lib';
 import { PAIRS, addFigure, diagnostics, failedFigure, fmtMs, loadAverageMeter, log, median } from '../harness';
@@ -31,12 +32,6 @@ export const ISOLATION_GOAL_RATIO = 2;
 export const ISOLATION_GOAL_P95_MS = 250;
 export type Engine = 'embedded' | 'temporal';
 const EVENT_TYPE = 'post.held';
-const A_ENDPOINTS = 8;
-const A_EVENTS = 100;
-const B_EVENTS = 20;
-const B_START_AFTER_MS = 2_000;
-const B_EVERY_MS = 500;
-const SLOW_ANSWER_MS = 9_000;
 
 const epochNow = () => performance.timeOrigin + performance.now();
 

@@ -7,6 +7,7 @@ import type { Tenant } from '../support/app';
 import { client, rest } from '../support/clients';
 import { ENGINES, startEngineApp, type EngineApp, type EngineName } from '../support/engines';
 import { startHttpsReceiver, type HttpsReceiver, type ReceiverAction } from '../support/https-receiver';
+import { A_ENDPOINTS, A_EVENTS, B_EVENTS, B_EVERY_MS, B_START_AFTER_MS, SLOW_ANSWER_MS } from '../support/noisy-neighbour';
 import { makeTestTls, type TestTls } from '../support/tls';
 import { within } from '../support/within';
 
@@ -40,12 +41,6 @@ import { within } from '../support/within';
  */
 
 const TOKEN = 'scheduler-token-0123456789abcdef0123456789';
-const A_ENDPOINTS = 8;
-const A_EVENTS = 100;
-const B_EVENTS = 20;
-const B_START_AFTER_MS = 2_000;
-const B_EVERY_MS = 500;
-const SLOW_ANSWER_MS = 9_000;
 
 interface Variant {
   name: string;
