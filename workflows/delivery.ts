@@ -54,6 +54,8 @@ export const PATCHES = {
   endpointTurn: 'endpoint-turn',
   /** DeliveryOutcome and DeliveryAttempts are updated as the workflow learns them (outcome.ts). */
   outcomeInUi: 'outcome-search-attributes',
+  /** A delivery waiting for its endpoint's turn wakes on the signal of the attempt that freed one, its wait only a fallback. */
+  turnWake: 'turn-wake',
 } as const;
 
 /** A wait for an endpoint's turn, jittered (the workflow's seeded Math.random) so a burst's deliveries do not come back together. */
@@ -150,12 +152,18 @@ export async function deliverWebhook(ref: DeliveryRef, progress: DeliveryProgres
       report.ended('delivered', outcome.attempt);
       return { status: 'delivered', attempts: outcome.attempt };
     }
-    // The endpoint's turns were all in flight: nothing was sent or counted; ask again after the
-    // wait the activity set from the delivery's place in the endpoint's line. No activity slot
-    // is held meanwhile.
+    // The endpoint's turns were all in flight: nothing was sent or counted; ask again when a
+    // turn frees, or after the wait the activity set from the delivery's place in the
+    // endpoint's line. No activity slot is held meanwhile.
     if (outcome.kind === 'turn' && patched(PATCHES.endpointTurn)) {
       sent = outcome.sent;
-      await sleep(jittered(outcome.waitMs));
+      // Woken early by the signal the attempt that frees a turn sends (released counts from
+      // the activity on, so a wake that came while it ran is not lost).
+      if (patched(PATCHES.turnWake)) {
+        await condition(() => released, jittered(outcome.waitMs));
+      } else {
+        await sleep(jittered(outcome.waitMs));
+      }
       if (workflowInfo().continueAsNewSuggested) await continueAsNew<typeof deliverWebhook>(ref, { ...progress, sent });
       continue;
     }

@@ -28,13 +28,18 @@ export const ATTEMPT_TIMEOUT_LIMIT_MS = 30_000;
  */
 export const DEFAULT_ENDPOINT_CONCURRENCY = 4;
 /**
- * A delivery waiting for its endpoint's turn on Temporal asks again after about
- * TURN_WAIT_MIN_MS for each round of turns ahead of it (the endpoint's open deliveries
- * recorded before it, divided by its turns), at most TURN_WAIT_MAX_MS: a large backlog asks
- * a few times a second per endpoint, not hundreds, and the first in line ask soonest.
+ * A delivery waiting for its endpoint's turn on Temporal is woken when a turn frees: the
+ * attempt that freed it signals the endpoint's next in line (records/turns.ts). Its own wait
+ * is only the fallback for a wake that was lost or raced: TURN_WAIT_MIN_MS for each round of
+ * turns ahead of it (the endpoint's open deliveries recorded before it, divided by its
+ * turns) while it is within two rounds of the front, TURN_WAIT_MAX_MS further back. A
+ * backlog of hundreds asks a few times a minute per endpoint, not hundreds of times, and
+ * its workflow tasks leave the server and the workers to everyone else's deliveries.
  */
 export const TURN_WAIT_MIN_MS = 1_000;
-export const TURN_WAIT_MAX_MS = 30_000;
+export const TURN_WAIT_MAX_MS = 60_000;
+/** Rounds of turns ahead within which a waiting delivery asks again by itself after TURN_WAIT_MIN_MS per round. */
+export const TURN_FRONT_ROUNDS = 2;
 /** The place in line is counted up to this many ahead: beyond it the wait is the longest anyway. */
 export const TURN_PLACE_LIMIT = 256;
 /** How long an attempt keeps retrying its bookkeeping while PostgreSQL is unreachable. */
@@ -78,7 +83,11 @@ export const FAILURE_TYPES = {
   abandoned: 'DeliveryAbandoned',
 } as const;
 
-/** Signal the API sends a held delivery's workflow when its kill switch goes off. */
+/**
+ * Signal that wakes a waiting delivery's workflow to ask again at once: the API sends it when
+ * a kill switch goes off or an endpoint is resumed, the worker when a turn of the delivery's
+ * endpoint frees.
+ */
 export const RELEASE_SIGNAL = 'releaseHeldDelivery';
 
 /**

@@ -1,9 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Context } from '@temporalio/activity';
+import type { Client } from '@temporalio/client';
 import { RESPONSE_EXCERPT_LENGTH, type AttemptErrorClass, type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
 import type { Logger, Config } from '../config';
-import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS, TURN_PLACE_LIMIT, TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS } from '../../workflows/policy';
+import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS, RELEASE_SIGNAL, TURN_FRONT_ROUNDS, TURN_PLACE_LIMIT, TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient, type OutboundErrorKind } from '../outbound';
@@ -164,7 +165,7 @@ export class DeliveryAttempts {
         case 'turn': {
           const ahead = await this.untilRecorded(() => this.records.placeInLine((em ??= this.deps.orm.em.fork()), ref, TURN_PLACE_LIMIT), liveness.signal);
           const rounds = Math.floor(ahead / this.records.endpointConcurrency);
-          return { kind: 'turn', sent: start.sent, waitMs: Math.min(TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS * (1 + rounds)) };
+          return { kind: 'turn', sent: start.sent, waitMs: rounds < TURN_FRONT_ROUNDS ? TURN_WAIT_MIN_MS * (1 + rounds) : TURN_WAIT_MAX_MS };
         }
         case 'exhausted':
           return start;
@@ -286,12 +287,31 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
     async attemptDelivery(ref: DeliveryRef): Promise<AttemptOutcome> {
       const context = Context.current();
       const result = await attempts.run(ref, { heartbeat: () => context.heartbeat(), signal: context.cancellationSignal });
+      if (FREES_A_TURN.has(result.kind)) void wakeNextInLine(deps, ref, context.client);
       return activityOutcome(result);
     },
     async deadLetter(ref: DeliveryRef): Promise<void> {
       await attempts.deadLetter(ref, Context.current().cancellationSignal);
     },
   };
+}
+
+/** Results of an attempt that held one of its endpoint's turns and gave it back. */
+const FREES_A_TURN: ReadonlySet<AttemptResult['kind']> = new Set(['delivered', 'failed', 'abandoned']);
+
+/**
+ * Wakes the deliveries next in line for the endpoint's freed turns (records nextInLine), so
+ * they ask again now instead of at the end of their wait. Not awaited by the attempt: a
+ * wake lost here (the worker stopping, Temporal or PostgreSQL unreachable) costs the
+ * waiting delivery only its fallback wait (TURN_WAIT_MAX_MS).
+ */
+async function wakeNextInLine(deps: ActivityDeps, ref: DeliveryRef, client: Client): Promise<void> {
+  try {
+    const next = await deps.records.nextInLine(deps.orm.em.fork(), ref);
+    await Promise.all(next.map((workflowId) => client.workflow.getHandle(workflowId).signal(RELEASE_SIGNAL).catch(() => undefined)));
+  } catch (error) {
+    deps.logger.debug({ err: error, endpointId: ref.endpointId }, 'next in line not woken; its wait will ask again');
+  }
 }
 
 function activityOutcome(result: AttemptResult): AttemptOutcome {

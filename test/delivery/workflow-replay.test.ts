@@ -131,6 +131,18 @@ describe('deliverWebhook with its patches', () => {
     await expect(replay(history.toJSON())).resolves.toBeDefined();
   });
 
+  it("asks again as soon as the attempt that freed its endpoint's turn wakes it, cancelling its fallback wait", async () => {
+    const history = deliveryHistory().workflowTask();
+    const waiting = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(waiting, { kind: 'turn', sent: 0, waitMs: 60_000 }).workflowTask().patchMarker(PATCHES.endpointTurn).patchMarker(PATCHES.turnWake);
+    const fallback = history.startTimer(60_000);
+    history.advance(9_000).signaled(RELEASE_SIGNAL).workflowTask().timerCanceled(fallback);
+    const sent = history.scheduleActivity(attempt, [ref], attemptOptions(8));
+    history.activityCompleted(sent, delivered(1)).workflowTask().completed({ status: 'delivered', attempts: 1 });
+
+    await expect(replay(history.toJSON())).resolves.toBeDefined();
+  });
+
   it('does not wait out the interval when the release signal arrived while the held attempt was returning', async () => {
     const history = deliveryHistory().workflowTask();
     const held = history.scheduleActivity(attempt, [ref], attemptOptions(8));

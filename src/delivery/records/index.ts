@@ -7,6 +7,7 @@ import { queryMethods } from './queries';
 import { retentionMethods } from './retention';
 import type { RecordsContext, Schedule } from './rows';
 import { startMethods } from './starts';
+import { turnMethods } from './turns';
 
 export { OPEN_STATUSES, FINAL_STATUSES, RECOVERABLE_STATUSES, GLOBAL_SCOPE, INTERRUPTED_ATTEMPT, FAILING_PAUSE, payloadStateOf, type ListedDelivery } from './rows';
 export type { NewDelivery } from './inserts';
@@ -32,7 +33,7 @@ export {
  * module's part of its statement, fan-out.ts). Each transition of a delivery is one named method here; both
  * engines and every service go through them, so the state machine has one door. The
  * methods live in its parts (records/), each documented where it is written: inserts
- * (record, resend), starts (claims and beginAttempt), outcomes (dispatch marks, outcomes,
+ * (record, resend), starts (claims and beginAttempt), turns (an endpoint's line on Temporal), outcomes (dispatch marks, outcomes,
  * hold, fail, deadLetter), kill switches and release, queries, health (the automatic
  * pause's reads) and retention (expiry and erasure); rows holds what they share. This class
  * holds the schedule and puts the parts' methods on its prototype: each is typed
@@ -77,7 +78,8 @@ type KillSwitchMethods = typeof killSwitchMethods;
 type QueryMethods = typeof queryMethods;
 type HealthMethods = typeof healthMethods;
 type RetentionMethods = typeof retentionMethods;
+type TurnMethods = typeof turnMethods;
 
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- the parts' methods, declared on the class; the assignment below puts them there
-export interface DeliveryRecords extends InsertMethods, StartMethods, OutcomeMethods, KillSwitchMethods, QueryMethods, HealthMethods, RetentionMethods {}
-Object.assign(DeliveryRecords.prototype, insertMethods, startMethods, outcomeMethods, killSwitchMethods, queryMethods, healthMethods, retentionMethods);
+export interface DeliveryRecords extends InsertMethods, StartMethods, OutcomeMethods, KillSwitchMethods, QueryMethods, HealthMethods, RetentionMethods, TurnMethods {}
+Object.assign(DeliveryRecords.prototype, insertMethods, startMethods, outcomeMethods, killSwitchMethods, queryMethods, healthMethods, retentionMethods, turnMethods);

@@ -159,18 +159,6 @@ export const startMethods = {
     return Number(result.numUpdatedRows) > 0;
   },
 
-  /** A delivery's place in its endpoint's line (open ones recorded before it, up to `limit`): a waiting delivery's wait. */
-  async placeInLine(this: RecordsContext, em: EntityManager, ref: DeliveryRef, limit: number): Promise<number> {
-    const { rows } = await sql<{ ahead: number }>`
-      select count(*)::int as ahead from (
-        select 1 from webhook_deliveries o
-         where o.endpoint_id = ${ref.endpointId}
-           and o.created_at < (select d.created_at from webhook_deliveries d where d.id = ${ref.deliveryId})
-           and o.status in ('pending', 'retrying')
-         limit ${limit}) ahead`.execute(db(em));
-    return rows[0]?.ahead ?? 0;
-  },
-
   /** Embedded engine: gives a lease back, the delivery still due (its endpoint had no turn free), for the next claim. */
   async giveBackLease(this: RecordsContext, em: EntityManager, deliveryId: string, owner: string): Promise<void> {
     await db(em).updateTable('webhook_deliveries').set({ lease_until: null, lease_owner: null }).where('id', '=', deliveryId).where('lease_owner', '=', owner).execute();
