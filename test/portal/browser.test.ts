@@ -42,6 +42,24 @@ afterAll(async () => {
 /** Every page's accessibility, by page: collected by the embedded run and asserted there. */
 const accessibility = new Map<string, AxeViolation[]>();
 
+/** An endpoint's deliveries as stored, with their workflows on Temporal: a failure's message. */
+async function deliveriesOf(t: EngineApp, endpointId: string): Promise<string> {
+  const rows = await t.orm.em
+    .fork()
+    .execute<{ id: string; status: string; series: number; attempt_count: number; last_error: string | null; workflow_id: string | null }[]>(
+      'select id, status, series, attempt_count, last_error, workflow_id from webhook_deliveries where endpoint_id = ?',
+      [endpointId],
+    );
+  const described = await Promise.all(
+    rows.map(async (r) => {
+      if (!t.temporal || !r.workflow_id) return null;
+      const d = await t.temporal.client.workflow.getHandle(r.workflow_id).describe().catch((e: unknown) => String(e));
+      return typeof d === 'string' ? d : { status: d.status.name, historyLength: d.historyLength };
+    }),
+  );
+  return JSON.stringify(rows.map((r, i) => ({ ...r, workflow: described[i] })));
+}
+
 async function check(page: Page, name: string, record: boolean): Promise<void> {
   if (!record) return;
   accessibility.set(name, await axeViolations(page));
@@ -155,12 +173,11 @@ describe.each(ENGINES)('the customer portal on the %s engine', (engine) => {
     expect(journey().length).toBeGreaterThan(before);
     await page.getByRole('button', { name: 'Resend 1 delivery' }).click();
     await page.getByText(/Recovery .*: (queued|running|finished)/).waitFor();
-    expect(
-      await within(15_000, async () => {
-        const rows = await t.orm.em.fork().execute<{ status: string }[]>('select status from webhook_deliveries where endpoint_id = ?', [stored!.id]);
-        return rows.length === 2 && rows.every((r) => r.status === 'delivered');
-      }),
-    ).toBe(true);
+    const recovered = await within(30_000, async () => {
+      const rows = await t.orm.em.fork().execute<{ status: string }[]>('select status from webhook_deliveries where endpoint_id = ?', [stored!.id]);
+      return rows.length === 2 && rows.every((r) => r.status === 'delivered');
+    });
+    if (!recovered) throw new Error(`the recovered delivery was not delivered within 30 s: ${await deliveriesOf(t, stored!.id)}`);
     await t.idle();
 
     // Statistics of the day: two test deliveries, both delivered in the end.
