@@ -287,7 +287,7 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
     async attemptDelivery(ref: DeliveryRef): Promise<AttemptOutcome> {
       const context = Context.current();
       const result = await attempts.run(ref, { heartbeat: () => context.heartbeat(), signal: context.cancellationSignal });
-      if (FREES_A_TURN.has(result.kind)) void wakeNextInLine(deps, ref, context.client);
+      if (FREES_A_TURN.has(result.kind)) void wakeNextInLine(deps, ref, () => context.client);
       return activityOutcome(result);
     },
     async deadLetter(ref: DeliveryRef): Promise<void> {
@@ -305,8 +305,10 @@ const FREES_A_TURN: ReadonlySet<AttemptResult['kind']> = new Set(['delivered', '
  * wake lost here (the worker stopping, Temporal or PostgreSQL unreachable) costs the
  * waiting delivery only its fallback wait (TURN_WAIT_MAX_MS).
  */
-async function wakeNextInLine(deps: ActivityDeps, ref: DeliveryRef, client: Client): Promise<void> {
+async function wakeNextInLine(deps: ActivityDeps, ref: DeliveryRef, clientOf: () => Client): Promise<void> {
   try {
+    // The worker's own client; an activity environment made without one (a test's) wakes no one.
+    const client = clientOf();
     const next = await deps.records.nextInLine(deps.orm.em.fork(), ref);
     await Promise.all(next.map((workflowId) => client.workflow.getHandle(workflowId).signal(RELEASE_SIGNAL).catch(() => undefined)));
   } catch (error) {
