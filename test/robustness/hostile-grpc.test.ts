@@ -592,8 +592,9 @@ async function sendGrpc(c: GrpcCase): Promise<Outcome> {
   const asJson = c.contentType.includes('+json');
   const payload = asJson ? Buffer.from(jsonText(c.method, c.message)) : protoBytes(c.method, c.message, c.unknown);
   const { body, headers: extra } = envelopeBody(c.envelope, payload, [...payload.subarray(0, 8)]);
-  // A deadline of one nanosecond is one the call cannot meet: DeadlineExceeded is the answer it asked for.
-  const expectations: GrpcExpectations = { alsoAllowed: c.timeout === '1n' ? [Code.DeadlineExceeded] : [] };
+  // A deadline of one nanosecond is one the call cannot meet, and one of 100 ms one a loaded
+  // machine may not meet while a megabyte arrives: DeadlineExceeded is the answer it asked for.
+  const expectations: GrpcExpectations = { alsoAllowed: c.timeout === '1n' || c.timeout === '100m' ? [Code.DeadlineExceeded] : [] };
   const exact = pathOf(c.method);
   const path = {
     exact,
