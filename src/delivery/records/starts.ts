@@ -347,9 +347,11 @@ function beginStatement(k: Kysely<Tables>, p: BeginParams, claim: boolean) {
         .$call((q) => {
           if (!claim) return q.where('d.id', '=', p.deliveryId!).where('d.organization_id', '=', p.organizationId!).forUpdate('d');
           // The due conditions again on the row itself: a row another claim leased and committed
-          // after this statement's snapshot is re-checked at its lock, not taken twice.
+          // after this statement's snapshot is re-checked at its lock, not taken twice. The picked
+          // ids as an array, so the rows are looked up by key: as `in (subquery)`, a planner whose
+          // statistics predate a burst scanned every due row against the pick (12 ms at 600 due).
           return q
-            .where('d.id', 'in', fairTurns(w, p))
+            .where(sql<boolean>`d.id = any(array(${fairTurns(w, p)}))`)
             .where('d.status', 'in', OPEN_STATUSES)
             .where('d.next_attempt_at', '<=', p.now)
             .where((c) => c.or([c('d.lease_until', 'is', null), c('d.lease_until', '<', p.now)]))
