@@ -54,6 +54,9 @@ export const SERVER_NODE_ARGS = [
 ];
 /** Development: keep the database after the run to look into it (the next run drops it). */
 export const KEEP_DATABASE = process.env.BENCH_KEEP_DATABASE === '1';
+/** BENCH_EXPLAIN=4ms: auto_explain logs the plans of the bench database's statements slower than that (README, knobs). */
+export const EXPLAIN = process.env.BENCH_EXPLAIN ?? null;
+if (EXPLAIN !== null && !/^\d+(ms|s)$/.test(EXPLAIN)) throw new Error(`BENCH_EXPLAIN must be a duration such as 4ms (got ${EXPLAIN}).`);
 export const ADMIN_URL =
   process.env.BENCH_DATABASE_ADMIN_URL ?? process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 /** The database the run creates and drops; another name lets two runs share one PostgreSQL. */

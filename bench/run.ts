@@ -20,7 +20,7 @@ import { makeTestTls } from '../test/support/tls';
 import { ensureServiceRoles, openDatabase, migrate, databaseAt } from '../src/db';
 import { killAllChildren, startChild, type Child } from './lib';
 import {
-  BUDGET_SECONDS, CONNECTIONS, DATABASE_URL, DB_NAME, DELIVERIES, HISTORY_ROWS, KEEP_DATABASE, MEMORY_LARGE, MEMORY_SMALL, ONLY, PAIRS, RUN_NOTE, SECONDS,
+  BUDGET_SECONDS, CONNECTIONS, DATABASE_URL, DB_NAME, DELIVERIES, EXPLAIN, HISTORY_ROWS, KEEP_DATABASE, MEMORY_LARGE, MEMORY_SMALL, ONLY, PAIRS, RUN_NOTE, SECONDS,
   SERVER_NODE_ARGS, WARMUP_SECONDS, admin, diagnostics, elapsed, errors, figures, log,
 } from './harness';
 import { resultsMarkdown, textTable, type Machine, type Results } from './results';
@@ -106,6 +106,12 @@ async function main(): Promise<number> {
   await admin(async (c) => {
     await c.query(`drop database if exists ${DB_NAME} with (force)`);
     await c.query(`create database ${DB_NAME}`);
+    if (EXPLAIN) {
+      // Every new session on the database loads auto_explain (the bench connects after this).
+      await c.query(`alter database ${DB_NAME} set session_preload_libraries = 'auto_explain'`);
+      await c.query(`alter database ${DB_NAME} set auto_explain.log_min_duration = '${EXPLAIN}'`);
+      await c.query(`alter database ${DB_NAME} set auto_explain.log_analyze = on`);
+    }
     // The migrations grant to the service role by name; on a fresh cluster nothing has made it yet.
     await ensureServiceRoles(c, { login: true });
   });
