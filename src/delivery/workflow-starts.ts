@@ -17,7 +17,9 @@ export type StartOutcome = 'started' | 'existed';
 /**
  * Workflow starts that follow a committed delivery without holding its caller: a publish,
  * a test delivery or a resend answers once its rows are committed, and the starts run
- * here, CONCURRENCY at a time. A start that fails leaves its row pending, and the pending
+ * here, CONCURRENCY at a time, taken round by round across organizations (each one's
+ * oldest first): one organization's burst of thousands does not queue another's start
+ * behind it. A start that fails leaves its row pending, and the pending
  * sweep starts it (the sweep is the guarantee; this is the fast path). While Temporal is
  * known to be down (a start failed less than DOWN_FOR_MS ago), starts are not even tried:
  * the queue is handed to the sweep at once. Meanwhile `probe` asks every second whether
@@ -25,7 +27,7 @@ export type StartOutcome = 'started' | 'existed';
  * start what was recorded meanwhile.
  */
 export class WorkflowStarts {
-  private readonly queue: { ref: DeliveryRef; meta: DeliveryMeta }[] = [];
+  private readonly queue = new TakenInTurns<{ ref: DeliveryRef; meta: DeliveryMeta }>();
   private running = 0;
   private downUntil = 0;
   private down = false;
@@ -41,9 +43,9 @@ export class WorkflowStarts {
 
   /** Queues a start; never waits for Temporal and never throws. */
   enqueue(ref: DeliveryRef, meta: DeliveryMeta): void {
-    if (this.isDown() || this.queue.length >= MAX_QUEUED) return;
-    this.queue.push({ ref, meta });
-    while (this.running < CONCURRENCY && this.queue.length > 0) void this.drain();
+    if (this.isDown() || this.queue.size >= MAX_QUEUED) return;
+    this.queue.add(ref.organizationId, { ref, meta });
+    while (this.running < CONCURRENCY && this.queue.size > 0) void this.drain();
   }
 
   /** A start awaited by its caller (the pending sweep): remembers the outcome and tells whether Temporal answered. */
@@ -74,22 +76,22 @@ export class WorkflowStarts {
   async close(): Promise<void> {
     if (this.probing) clearInterval(this.probing);
     this.probing = null;
-    this.queue.length = 0;
+    this.queue.clear();
     while (this.running > 0) await new Promise<void>((resolve) => this.settled.add(resolve));
   }
 
   private async drain(): Promise<void> {
     this.running++;
     try {
-      for (let next = this.queue.shift(); next; next = this.queue.shift()) {
+      for (let next = this.queue.take(); next; next = this.queue.take()) {
         try {
           await this.start(next.ref, next.meta);
         } catch (error) {
           // Unreachable: the rest would fail the same way, so the sweep gets them all. Slow (a
           // missed deadline on a busy server): only this one is left to the sweep.
           const unreachable = isUnreachable(error);
-          this.options.logger?.warn({ err: error, deliveryId: next.ref.deliveryId, left: unreachable ? this.queue.length : 0 }, 'could not start a delivery workflow; the pending sweep starts it');
-          if (unreachable) this.queue.length = 0;
+          this.options.logger?.warn({ err: error, deliveryId: next.ref.deliveryId, left: unreachable ? this.queue.size : 0 }, 'could not start a delivery workflow; the pending sweep starts it');
+          if (unreachable) this.queue.clear();
         }
       }
     } finally {
@@ -129,6 +131,42 @@ export class WorkflowStarts {
     this.down = false;
     this.downUntil = 0;
     this.options.onRecovered?.();
+  }
+}
+
+/**
+ * A queue per key, taken from in turns: each take gives the oldest item of the key whose turn
+ * it is, then that key goes to the back of the line (Map keeps insertion order).
+ */
+export class TakenInTurns<T> {
+  private readonly byKey = new Map<string, T[]>();
+  private count = 0;
+
+  get size(): number {
+    return this.count;
+  }
+
+  add(key: string, item: T): void {
+    const items = this.byKey.get(key);
+    if (items) items.push(item);
+    else this.byKey.set(key, [item]);
+    this.count++;
+  }
+
+  take(): T | undefined {
+    const first = this.byKey.entries().next();
+    if (first.done) return undefined;
+    const [key, items] = first.value;
+    const item = items.shift()!;
+    this.byKey.delete(key);
+    if (items.length > 0) this.byKey.set(key, items);
+    this.count--;
+    return item;
+  }
+
+  clear(): void {
+    this.byKey.clear();
+    this.count = 0;
   }
 }
 
