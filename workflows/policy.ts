@@ -30,14 +30,16 @@ export const DEFAULT_ENDPOINT_CONCURRENCY = 4;
 /**
  * A delivery waiting for its endpoint's turn on Temporal is woken when a turn frees: the
  * attempt that freed it signals the endpoint's next in line (records/turns.ts). Its own wait
- * is only the fallback for a wake that was lost or raced: TURN_WAIT_MIN_MS for each round of
- * turns ahead of it (the endpoint's open deliveries recorded before it, divided by its
- * turns) while it is within two rounds of the front, TURN_WAIT_MAX_MS further back. A
- * backlog of hundreds asks a few times a minute per endpoint, not hundreds of times, and
- * its workflow tasks leave the server and the workers to everyone else's deliveries.
+ * is only the fallback for a wake that was lost or raced, set from its place in the line
+ * (the endpoint's open deliveries recorded before it, divided by its turns: its rounds):
+ * TURN_WAIT_MIN_MS per round while it is within TURN_FRONT_ROUNDS of the front,
+ * TURN_WAIT_ROUND_MS per round further back, at most TURN_WAIT_MAX_MS. A backlog of
+ * thousands asks a few times a minute per endpoint, not every second, and its workflow
+ * tasks leave the server and the workers to everyone else's deliveries.
  */
 export const TURN_WAIT_MIN_MS = 1_000;
-export const TURN_WAIT_MAX_MS = 60_000;
+export const TURN_WAIT_ROUND_MS = 10_000;
+export const TURN_WAIT_MAX_MS = 300_000;
 /** Rounds of turns ahead within which a waiting delivery asks again by itself after TURN_WAIT_MIN_MS per round. */
 export const TURN_FRONT_ROUNDS = 2;
 /** The place in line is counted up to this many ahead: beyond it the wait is the longest anyway. */

@@ -4,7 +4,7 @@ import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { RESPONSE_EXCERPT_LENGTH, type AttemptErrorClass, type EntityManager, type MikroORM, isDatabaseUnavailable } from '../db';
 import type { Logger, Config } from '../config';
-import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS, RELEASE_SIGNAL, TURN_FRONT_ROUNDS, TURN_PLACE_LIMIT, TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS } from '../../workflows/policy';
+import { FAILURE_TYPES, HEARTBEAT_INTERVAL_MS, RELEASE_SIGNAL, TURN_FRONT_ROUNDS, TURN_PLACE_LIMIT, TURN_WAIT_MAX_MS, TURN_WAIT_MIN_MS, TURN_WAIT_ROUND_MS } from '../../workflows/policy';
 import { SecretBox } from '../secrets';
 import type { AttemptOutcome, DeliveryActivities, DeliveryRef } from './contract';
 import { OutboundError, createOutboundClient, type OutboundClient, type OutboundErrorKind } from '../outbound';
@@ -69,6 +69,11 @@ function excerptOf(body: Buffer): string | null {
   if (body.length === 0) return null;
   // Four bytes per character at most: decoding this much always yields enough characters.
   return body.subarray(0, RESPONSE_EXCERPT_LENGTH * 4).toString('utf8').slice(0, RESPONSE_EXCERPT_LENGTH);
+}
+
+/** A waiting delivery's fallback wait on Temporal, from the rounds of turns ahead of it (workflows/policy.ts). */
+export function turnWait(rounds: number): number {
+  return rounds < TURN_FRONT_ROUNDS ? TURN_WAIT_MIN_MS * (1 + rounds) : Math.min(TURN_WAIT_MAX_MS, TURN_WAIT_ROUND_MS * rounds);
 }
 
 /** Backoff while PostgreSQL is unreachable: short at first, never longer than a heartbeat interval. */
@@ -165,7 +170,7 @@ export class DeliveryAttempts {
         case 'turn': {
           const ahead = await this.untilRecorded(() => this.records.placeInLine((em ??= this.deps.orm.em.fork()), ref, TURN_PLACE_LIMIT), liveness.signal);
           const rounds = Math.floor(ahead / this.records.endpointConcurrency);
-          return { kind: 'turn', sent: start.sent, waitMs: rounds < TURN_FRONT_ROUNDS ? TURN_WAIT_MIN_MS * (1 + rounds) : TURN_WAIT_MAX_MS };
+          return { kind: 'turn', sent: start.sent, waitMs: turnWait(rounds) };
         }
         case 'exhausted':
           return start;
@@ -303,7 +308,7 @@ const FREES_A_TURN: ReadonlySet<AttemptResult['kind']> = new Set(['delivered', '
  * Wakes the deliveries next in line for the endpoint's freed turns (records nextInLine), so
  * they ask again now instead of at the end of their wait. Not awaited by the attempt: a
  * wake lost here (the worker stopping, Temporal or PostgreSQL unreachable) costs the
- * waiting delivery only its fallback wait (TURN_WAIT_MAX_MS).
+ * waiting delivery only its fallback wait (turnWait).
  */
 async function wakeNextInLine(deps: ActivityDeps, ref: DeliveryRef, clientOf: () => Client): Promise<void> {
   try {

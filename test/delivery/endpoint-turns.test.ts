@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { EventService } from '../../src/gen/publishing/internal/v1/event_service_pb';
-import { TURN_WAIT_MAX_MS } from '../../workflows/policy';
+import { turnWait } from '../../src/delivery/activities';
 import { client, rest } from '../support/clients';
 import { ENGINES, startEngineApp, type EngineApp } from '../support/engines';
 import { startHttpsReceiver, type HttpsReceiver } from '../support/https-receiver';
@@ -10,21 +10,21 @@ import { makeTestTls, type TestTls } from '../support/tls';
  * An endpoint's line, on both engines: with one turn (DELIVERY_ENDPOINT_CONCURRENCY=1) and a
  * receiver that answers after ANSWER_MS, a burst goes out one request at a time, each
  * delivery once, and the next one as soon as a turn frees. On Temporal the last of the
- * burst is far enough back in line that its own wait is TURN_WAIT_MAX_MS (a minute, ±50 %):
- * it arrives within the deadline below only because the attempt that freed the turn woke
- * it (records/turns.ts nextInLine, the release signal).
+ * burst is far enough back in line that its own wait (turnWait, ±50 %) is longer than the
+ * deadline below: it arrives within it only because the attempt that freed the turn woke it
+ * (records/turns.ts nextInLine, the release signal).
  */
 
 const TOKEN = 'scheduler-token-0123456789abcdef0123456789';
 const BURST = 6;
 const ANSWER_MS = 400;
-/** Well under the fallback wait of the last in line (TURN_WAIT_MAX_MS × 0.5 at the least). */
+/** Under the fallback wait of the last in line (BURST - 1 rounds ahead of it at one turn), jittered to its least. */
 const LINE_DEADLINE_MS = 20_000;
 
 let tls: TestTls;
 beforeAll(async () => {
   tls = await makeTestTls();
-  expect(LINE_DEADLINE_MS).toBeLessThan(TURN_WAIT_MAX_MS * 0.5);
+  expect(LINE_DEADLINE_MS).toBeLessThan(turnWait(BURST - 1) * 0.5);
 });
 
 describe.each(ENGINES)('an endpoint with one turn on the %s engine', (engine) => {
