@@ -34,7 +34,7 @@ import { benchTestDelivery } from './figures/test-delivery';
 import { benchPublishFanOut } from './figures/fan-out';
 import { benchMemory } from './figures/memory';
 import { benchRetention } from './figures/retention';
-import { benchIsolation } from './figures/isolation';
+import { benchIsolation, benchIsolationLarge } from './figures/isolation';
 
 /** The table's order: each goal row, then the information rows under it. */
 const ORDER = [
@@ -46,7 +46,7 @@ const ORDER = [
   'publish_latency_p50', 'publish_latency_p99',
   'publish_fan_out', 'memory_growth',
   'retention_sweep_rate', 'retention_list', 'retention_list_p99', 'retention_publish',
-  'isolation_embedded', 'isolation_temporal',
+  'isolation_embedded', 'isolation_temporal', 'isolation_embedded_10000', 'isolation_temporal_10000',
 ];
 
 async function describeMachine(): Promise<Machine> {
@@ -172,6 +172,8 @@ async function main(): Promise<number> {
       ['retention_sweep', () => benchRetention(ctx)],
       ['isolation_embedded', () => benchIsolation(ctx, 'embedded')],
       ['isolation_temporal', () => benchIsolation(ctx, 'temporal')],
+      ['isolation_embedded_10000', () => benchIsolationLarge(ctx, 'embedded')],
+      ['isolation_temporal_10000', () => benchIsolationLarge(ctx, 'temporal')],
     ];
     for (const [id, run] of benches) {
       if (ONLY && !ONLY.includes(id)) continue;
