@@ -22,7 +22,8 @@
  * each pair runs the service without and with those settings, back to back, the order
  * alternating, and the table gives both medians and the median of the pairs' ratios.
  * BENCH_TEMPORAL_SERVER_VARIANT (JSON of dynamic configuration, development server only): the
- * variant runs against a second server with those settings instead (or as well).
+ * variant runs against a second server with those settings instead (or as well); its key
+ * `sqlitePragmas` (a list) sets that server's SQLite pragmas instead (`[]`: the CLI's own).
  * BENCH_TEMPORAL_PROFILE=<dir>: the API and the worker write V8 CPU profiles there
  * (node --cpu-prof), one per process, covering the whole run of the service.
  *

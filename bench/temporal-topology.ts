@@ -58,8 +58,12 @@ async function admin<T>(fn: (client: PgClient) => Promise<T>): Promise<T> {
   }
 }
 
-/** `dynamicConfig`: settings besides the project's (development server only). */
-export async function startTemporalTarget(kind: ServerKind, dynamicConfig: Record<string, unknown> = {}): Promise<TemporalTarget> {
+/**
+ * `serverVariant`: dynamic configuration besides the project's, and under the key
+ * `sqlitePragmas` (a list) the SQLite pragmas instead of the project's (development server only).
+ */
+export async function startTemporalTarget(kind: ServerKind, serverVariant: Record<string, unknown> = {}): Promise<TemporalTarget> {
+  const { sqlitePragmas, ...dynamicConfig } = serverVariant;
   if (kind === 'dev') {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-temporal-dev-'));
     const server: DevServer = await startTemporalDevServer({
@@ -67,6 +71,7 @@ export async function startTemporalTarget(kind: ServerKind, dynamicConfig: Recor
       dbFile: path.join(dir, 'temporal.db'),
       logFile: path.join(dir, 'server.log'),
       dynamicConfig: Object.entries(dynamicConfig).map(([key, value]) => [key, JSON.stringify(value)] as const),
+      ...(sqlitePragmas === undefined ? {} : { sqlitePragmas: sqlitePragmas as string[] }),
     });
     return {
       kind,
@@ -80,7 +85,7 @@ export async function startTemporalTarget(kind: ServerKind, dynamicConfig: Recor
       },
     };
   }
-  if (Object.keys(dynamicConfig).length > 0) throw new Error('dynamic configuration variants run on the development server only');
+  if (Object.keys(serverVariant).length > 0) throw new Error('server variants run on the development server only');
   const url = new URL(ADMIN_URL);
   const server: ProductionServer = await startTemporalProductionServer({ postgres: { host: url.hostname, port: Number(url.port || 5432), user: decodeURIComponent(url.username || 'postgres') } });
   return {
