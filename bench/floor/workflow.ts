@@ -13,3 +13,10 @@ const local = proxyLocalActivities<{ noop(): Promise<void> }>({ startToCloseTime
 export async function floorLocal(): Promise<void> {
   await local.noop();
 }
+
+const { stamp } = proxyActivities<{ stamp(): Promise<number> }>({ startToCloseTimeout: '10 seconds' });
+
+/** Temporal's latency floor: the wall-clock time (ms since the epoch) at which its one activity started. */
+export async function floorTimed(): Promise<number> {
+  return await stamp();
+}
