@@ -138,15 +138,19 @@ export class DeliveryAttempts {
       ? `Sent, then failed on our side before its outcome was recorded (${describeFailure(error)}); the receiver may have it, so no retry follows. An operator can find the cause in the logs by delivery id.`
       : `Not sent: the delivery failed on our side (${describeFailure(error)}); no attempt was used. An operator can find the cause in the logs by delivery id.`;
     this.deps.logger.error({ err: error, deliveryId: ref.deliveryId }, 'delivery dead-lettered by a failure of ours');
-    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, reason), signal));
+    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(this.deps.orm.em.fork(), ref, { reason }), signal));
     if (recorded) this.deps.onEvent?.('dead_lettered');
     return { kind: 'abandoned', reason };
   }
 
-  /** Dead-letters a delivery whose attempts are used up; waits out PostgreSQL being unreachable. */
-  async deadLetter(ref: DeliveryRef, signal?: AbortSignal): Promise<void> {
+  /**
+   * Dead-letters a delivery whose attempts are used up; waits out PostgreSQL being unreachable.
+   * `workflowId`: the workflow whose attempts they were (on Temporal); a resend's series begun
+   * since is left alone.
+   */
+  async deadLetter(ref: DeliveryRef, signal?: AbortSignal, workflowId?: string): Promise<void> {
     const em = this.deps.orm.em.fork();
-    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(em, ref), signal));
+    const recorded = await inDeliverySpan('delivery.dead_letter', ref, () => this.untilRecorded(() => this.records.deadLetter(em, ref, { workflowId }), signal));
     if (recorded) this.deps.onEvent?.('dead_lettered');
   }
 
@@ -296,7 +300,10 @@ export function createActivities(deps: ActivityDeps): DeliveryActivities {
       return activityOutcome(result);
     },
     async deadLetter(ref: DeliveryRef): Promise<void> {
-      await attempts.deadLetter(ref, Context.current().cancellationSignal);
+      // The 8th failure's outcome dead-lettered the row already; this activity can come late
+      // (a busy worker), after a customer resent the delivery: that series is not this one's.
+      const context = Context.current();
+      await attempts.deadLetter(ref, context.cancellationSignal, context.info.workflowExecution?.workflowId);
     },
   };
 }

@@ -178,14 +178,23 @@ describe('attemptDelivery', () => {
 
 describe('deadLetter', () => {
   it('marks the delivery dead-lettered and queues it once', async () => {
-    const env = new MockActivityEnvironment();
     next = { status: 500 };
     const { ref } = await delivery();
+    // Its own workflow's activity: a delivery whose row names another workflow is not this one's to end.
+    const env = new MockActivityEnvironment({ workflowExecution: { workflowId: workflowIdFor(ref), runId: randomUUID() } });
     await failureOf(env.run(activities.attemptDelivery, ref));
     await env.run(activities.deadLetter, ref);
     await env.run(activities.deadLetter, ref);
     expect(await rowOf(ref)).toMatchObject({ status: 'dead_lettered', next_attempt_at: null });
     const letters = await orm.em.fork().execute<{ last_error: string }[]>('select last_error from dead_letters where delivery_id = ?', [ref.deliveryId]);
     expect(letters).toEqual([{ last_error: 'The endpoint answered HTTP 500.' }]);
+  });
+
+  it("leaves the delivery alone when the row names another workflow (a resend's series begun since)", async () => {
+    next = { status: 500 };
+    const { ref } = await delivery();
+    const env = new MockActivityEnvironment({ workflowExecution: { workflowId: `${workflowIdFor(ref)}/series-0`, runId: randomUUID() } });
+    await env.run(activities.deadLetter, ref);
+    expect(await rowOf(ref)).toMatchObject({ status: 'pending' });
   });
 });

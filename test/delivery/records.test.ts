@@ -666,6 +666,24 @@ describe('deadLetter', () => {
     expect(await records.deadLetter(em(), ref)).toBe(false);
     expect(await storedDeadLetters(orm, ref.deliveryId)).toEqual([]);
   });
+
+  it("leaves a resend's series alone when the series before it asks late", async () => {
+    const { ref, organizationId } = await fresh();
+    const [row] = await em().execute<{ workflow_id: string }[]>('select workflow_id from webhook_deliveries where id = ?', [ref.deliveryId]);
+    const first = row!.workflow_id;
+    await failTimes(ref, MAX_ATTEMPTS);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'dead_lettered', attempt_count: MAX_ATTEMPTS });
+    const resent = await records.resend(em(), { deliveryId: ref.deliveryId, organizationId });
+    expect(resent).toMatchObject({ resent: { status: 'pending', series: 2 } });
+
+    // Series 1's dead-letter activity, after the 8th failure's outcome had dead-lettered the row.
+    expect(await records.deadLetter(em(), ref, { workflowId: first })).toBe(false);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'pending', attempt_count: 0 });
+    expect(await storedDeadLetters(orm, ref.deliveryId)).toEqual([]);
+    // Series 2's own does.
+    expect(await records.deadLetter(em(), ref, { workflowId: `${first}/series-2` })).toBe(true);
+    expect(await storedDelivery(orm, ref.deliveryId)).toMatchObject({ status: 'dead_lettered', attempt_count: 0 });
+  });
 });
 
 describe('releaseHeld and the kill switches', () => {

@@ -111,10 +111,13 @@ export const outcomeMethods = {
    * All attempts are used: the delivery is dead-lettered and queued for operators. False
    * when it had already finished. `reason`: a failure of ours ended it (not the receiver's);
    * it becomes the last error, and an attempt begun but never sent is closed with it, so it
-   * never reads as a request that was made. The delivery's row, that attempt's and the dead
-   * letter are written in one transaction.
+   * never reads as a request that was made. `workflowId`: the workflow that asks; a delivery
+   * whose row names another (a resend started a series of its own since this one ended) is
+   * left as it is, so a series' dead letter that comes late never ends the next. The
+   * delivery's row, that attempt's and the dead letter are written in one transaction.
    */
-  async deadLetter(this: RecordsContext, em: EntityManager, ref: DeliveryRef, reason?: string): Promise<boolean> {
+  async deadLetter(this: RecordsContext, em: EntityManager, ref: DeliveryRef, options: { reason?: string; workflowId?: string } = {}): Promise<boolean> {
+    const { reason, workflowId } = options;
     return em.transactional(async (tx) => {
       const k = db(tx);
       const now = new Date(this.schedule.now());
@@ -124,6 +127,7 @@ export const outcomeMethods = {
         .where('id', '=', ref.deliveryId)
         .where('organization_id', '=', ref.organizationId)
         .where('status', 'in', OPEN_STATUSES)
+        .$if(workflowId !== undefined, (q) => q.where('workflow_id', '=', workflowId!))
         .returning('last_error')
         .executeTakeFirst();
       if (!updated) return false;
