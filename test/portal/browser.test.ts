@@ -118,10 +118,11 @@ describe.each(ENGINES)('the customer portal on the %s engine', (engine) => {
     await page.getByRole('button', { name: 'Send test event' }).click();
     await page.getByText('A webhook.test delivery was recorded').waitFor();
     const journey = () => receiver.requests.filter((r) => r.path === `/journey-${engine}`);
-    expect(await within(15_000, async () => journey().length > 0)).toBe(true);
+    // A start that misses its deadline on a busy machine is left to the pending sweep (10 s, then every 5 s).
+    if (!(await within(45_000, async () => journey().length > 0))) throw new Error(`the test delivery did not arrive within 45 s: ${await deliveriesOf(t, stored!.id)}`);
     expect(signedWith(journey()[0]!, secret)).toBe(true);
     expect(
-      await within(15_000, async () => {
+      await within(30_000, async () => {
         await page.getByRole('button', { name: 'Refresh', exact: true }).click();
         return (await page.locator('.badge-delivered').count()) > 0;
       }),
@@ -185,7 +186,7 @@ describe.each(ENGINES)('the customer portal on the %s engine', (engine) => {
     await page.getByRole('img', { name: /Deliveries by status: 2 delivered/ }).waitFor();
     await check(page, 'endpoint', record);
     expect(violations).toEqual([]);
-  }, 120_000);
+  }, 240_000);
 
   if (engine === 'embedded') {
     it('shows a payload and an answer holding markup as text, never as HTML, neither once erased, and is refused once revoked', async () => {

@@ -574,6 +574,8 @@ async function sendTyped(c: TypedCase): Promise<Outcome> {
 }
 
 let h2Session: http2.ClientHttp2Session | null = null;
+/** Connections given up because the client refused new streams on them (ENHANCE_YOUR_CALM). */
+let retiredSessions = 0;
 function session(): http2.ClientHttp2Session {
   if (!h2Session || h2Session.closed || h2Session.destroyed) {
     const fresh = http2.connect(t.url);
@@ -615,7 +617,16 @@ async function sendGrpc(c: GrpcCase): Promise<Outcome> {
   if (c.manyHeaders) for (let i = 0; i < 100; i++) headers[`x-filler-${i}`] = 'f'.repeat(60);
   // Large bodies share the connection too: a refused body the server did not read must not use up the
   // client's HTTP/2 session memory (test/server/listener.test.ts).
-  const answer = await rawH2(session(), headers, body);
+  let answer = await rawH2(session(), headers, body);
+  if (answer.error?.includes('ENHANCE_YOUR_CALM')) {
+    // Node's HTTP/2 client ran out of its session's memory budget (on a slow machine a refused
+    // body's unsent bytes can still be counted against it, test/server/listener.test.ts): that
+    // connection refuses every new stream from then on. The case goes again on a fresh one.
+    retiredSessions++;
+    h2Session?.close();
+    h2Session = null;
+    answer = await rawH2(session(), headers, body);
+  }
   if (answer.error) return { protocol, label: 'no answer', problem: `no answer: ${answer.error}` };
   if (answer.status >= 500) return { protocol, label: `HTTP ${answer.status}`, problem: `HTTP ${answer.status}` };
   const isGrpc = GRPC_CONTENT_TYPES.includes(c.contentType);
@@ -918,7 +929,7 @@ it(
     console.log(
       [
         `hostile gRPC/Connect: ${cases.length} requests generated (seed ${seed}; ${huge} with strings of 60 KB to 1 MiB)`,
-        `by protocol: ${JSON.stringify(Object.fromEntries(byProtocol))}`,
+        `by protocol: ${JSON.stringify(Object.fromEntries(byProtocol))}; raw gRPC connections the client gave up (ENHANCE_YOUR_CALM): ${retiredSessions}`,
         `by transport (requests, 5xx or server-fault codes, refusals without a code or request id): ${JSON.stringify(perTransport)}`,
         `answers: ${JSON.stringify(Object.fromEntries([...labels].sort((x, y) => y[1] - x[1])))}`,
         `audit events added: ${audit.length} (${audit.filter((e) => e.outcome === 'succeeded').length} succeeded); audited refusals checked: ${audited.length}, missing: ${unaudited.length}`,
@@ -938,7 +949,8 @@ it(
     const list = await createClient(ConnectionService, transport(t.url, 'grpc', keys.allScopes)).listConnections({});
     expect(list.registry.length).toBeGreaterThan(0);
   },
-  150_000,
+  // It took 190 s beside the rest of the suite on two slower cores (AMD EPYC at 2.4 GHz).
+  300_000,
 );
 
 /** Bytes that are not a protobuf encoding of the method's request (checked with the same decoder the server uses). */
