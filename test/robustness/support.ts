@@ -23,7 +23,9 @@ const DOMAIN_TABLES: Record<string, string> = {
   connection_attempts: 't::text',
   posts: 't::text',
   webhook_endpoints: 't::text',
-  webhook_deliveries: 't::text',
+  // The statistics roll-up pass (every API instance, in the background) marks finished
+  // deliveries as counted: its bookkeeping, not a change any request made.
+  webhook_deliveries: "(to_jsonb(t) - 'statistics_series' - 'statistics_status')::text",
   delivery_attempts: 't::text',
   dead_letters: 't::text',
   kill_switches: 't::text',
