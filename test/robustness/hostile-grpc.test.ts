@@ -74,7 +74,8 @@ const READS = new Set(['ListConnections', 'ListWebhooks', 'ListPosts', 'ListEven
 /** RPCs whose calls (refusals included) are audited once past authentication. */
 const AUDITED = new Set(['StartConnection', 'CompleteConnection', 'ConfirmConnection', 'DisableConnection', 'ReleaseHeldPosts']);
 /** Refusals of the caller itself: the only ones of an audited RPC that are not audited (there is no one to record). */
-const BEFORE_AUDIT = new Set(['AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED', 'OPERATOR_CREDENTIAL_REQUIRED']);
+// DEADLINE_EXCEEDED too: a caller's deadline (1 ns, or 100 ms on a loaded machine) can pass before the refusal is audited.
+const BEFORE_AUDIT = new Set(['AUTHENTICATION_REQUIRED', 'API_KEY_INVALID', 'API_KEY_REVOKED', 'OPERATOR_CREDENTIAL_REQUIRED', 'DEADLINE_EXCEEDED']);
 const CONNECTABLE = ['instagram', 'facebook', 'linkedin', 'youtube'];
 
 const pathOf = (m: DescMethod) => `/${m.parent.typeName}/${m.name}`;
